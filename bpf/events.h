@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The wire format between hindsight's BPF programs and hindsight-record.
+ *
+ * This header is the one definition of every record a BPF program sends to
+ * user space. The Rust side never re-declares these structs: it uses the
+ * types libbpf-cargo generates from the object's BTF (see the anchors at the
+ * end of each *.bpf.c file) and asserts their sizes at compile time.
+ *
+ * Every record starts with `struct hs_header`, so one ring buffer can carry
+ * several kinds and the consumer dispatches on `kind` without guessing.
+ * Times are CLOCK_BOOTTIME nanoseconds (bpf_ktime_get_boot_ns): monotonic,
+ * counting suspend; user space converts them to UTC with the offset it
+ * stores in recording.json.
+ */
+#ifndef HINDSIGHT_EVENTS_H
+#define HINDSIGHT_EVENTS_H
+
+#define HS_COMM_LEN 16
+/* Enough for the command lines people read; longer ones are cut, and say so. */
+#define HS_CMDLINE_LEN 256
+
+enum hs_kind {
+	HS_KIND_SWITCH = 1,
+	HS_KIND_WAKEUP = 2,
+	HS_KIND_EXEC = 3,
+	HS_KIND_FORK = 4,
+	HS_KIND_EXIT = 5,
+	/* One past the last kind: the size of the per-CPU loss counters. */
+	HS_KIND_MAX = 6,
+};
+
+struct hs_header {
+	__u64 ts;	/* CLOCK_BOOTTIME, ns */
+	__u32 kind;	/* enum hs_kind */
+	__u32 cpu;	/* CPU the probe ran on */
+};
+
+/* sched:sched_switch: prev leaves the CPU, next takes it. */
+struct hs_switch {
+	struct hs_header h;
+	__u32 prev_tid;
+	__u32 prev_pid;
+	__u32 next_tid;
+	__u32 next_pid;
+	__u32 prev_state;	/* the state prev blocked in (task->__state bits) */
+	__u32 prev_exit_state;	/* task->exit_state: tells a zombie from a dead task */
+	__s32 prev_prio;	/* kernel priority: 0-99 RT, 100-139 normal, 120 = nice 0 */
+	__s32 next_prio;
+	__u8 preempt;		/* 1 when prev was preempted (still runnable) */
+	__u8 pad[7];
+	char prev_comm[HS_COMM_LEN];
+	char next_comm[HS_COMM_LEN];
+};
+
+/* sched:sched_wakeup and sched:sched_wakeup_new. */
+struct hs_wakeup {
+	struct hs_header h;
+	__u32 tid;
+	__u32 pid;
+	__u32 target_cpu;
+	__u32 waker_tid;	/* the task running on h.cpu when the wakeup fired */
+	__u32 waker_pid;
+	__s32 prio;
+	__u8 new_task;		/* 1 for sched_wakeup_new: the first wakeup after fork */
+	__u8 pad[7];
+	char comm[HS_COMM_LEN];
+};
+
+/* sched:sched_process_fork (processes and threads alike). */
+struct hs_fork {
+	struct hs_header h;
+	__u32 parent_tid;
+	__u32 parent_pid;
+	__u32 child_tid;
+	__u32 child_pid;
+	__u32 child_ppid;	/* the child's real parent process */
+	__u32 pad;
+	char comm[HS_COMM_LEN];	/* the child's comm, inherited from the parent */
+};
+
+/* sched:sched_process_exec: the new program's comm and its argv. */
+struct hs_exec {
+	struct hs_header h;
+	__u32 tid;
+	__u32 pid;
+	__u32 ppid;
+	__u32 old_tid;		/* the thread that called execve, when not the leader */
+	__u32 cmdline_len;	/* bytes of cmdline filled, NUL-separated argv */
+	__u32 cmdline_truncated; /* 1 when argv was longer than HS_CMDLINE_LEN */
+	char comm[HS_COMM_LEN];
+	char cmdline[HS_CMDLINE_LEN];
+};
+
+/* sched:sched_process_exit: one record per exiting thread. */
+struct hs_exit {
+	struct hs_header h;
+	__u32 tid;
+	__u32 pid;
+	__u32 ppid;
+	__s32 exit_code;	/* wait status: (code >> 8) exit status, (code & 0x7f) signal */
+	char comm[HS_COMM_LEN];
+};
+
+#endif /* HINDSIGHT_EVENTS_H */

@@ -1,0 +1,223 @@
+//! Command-line flags, in two layers: [`Args`] only parses (clap), and
+//! [`Args::resolve`] turns it into the [`Config`] the recorder runs on.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use thiserror::Error;
+
+/// A flag value that parses but cannot be used; exits with the usage code.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Event groups `--events` accepts, with whether they run by default.
+pub const EVENT_GROUPS: &[(&str, bool, &str)] = &[(
+    "sched",
+    true,
+    "context switches, wakeups, fork/exec/exit (tables sched_switch, sched_wakeup, process)",
+)];
+
+const AFTER_HELP: &str = "\
+Examples:
+  hindsight-record --output /var/lib/hindsight/rec --duration 30s
+  hindsight-record -o rec --events sched --chunk 10s      # until Ctrl-C
+
+Then ask the recording what happened, as any user:
+  hindsight sql rec 'SELECT prev_comm, count(*) FROM sched_switch GROUP BY 1 ORDER BY 2 DESC LIMIT 10'
+
+Exit codes: 0 recorded and every file is complete; 1 failed while recording
+(files closed so far stay readable); 2 bad invocation or an output directory
+that is not a recording; 3 missing privileges or kernel support (root or
+CAP_BPF+CAP_PERFMON, BTF at /sys/kernel/btf/vmlinux).";
+
+/// Record what the kernel scheduler does to a directory of Parquet files.
+///
+/// hindsight-record attaches BPF programs to scheduler tracepoints and writes
+/// every event to zstd Parquet, one folder a table, rolling files every
+/// --chunk. It needs root (or CAP_BPF and CAP_PERFMON). It stops at the end
+/// of --duration or on SIGINT/SIGTERM, and every file it leaves is complete.
+#[derive(Debug, Parser)]
+#[command(name = "hindsight-record", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Recording directory: created if missing; an existing recording is appended to.
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+
+    /// Stop after this long (e.g. 30s, 10m, 2h); without it, record until SIGINT/SIGTERM.
+    #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Comma-separated event groups to record [default: every always-on group; see --list-events].
+    #[arg(short, long, value_name = "LIST", value_delimiter = ',')]
+    pub events: Vec<String>,
+
+    /// Close a file of every table and start the next this often.
+    #[arg(long, value_name = "TIME", default_value = "60s", value_parser = parse_duration)]
+    pub chunk: Duration,
+
+    /// Size of the BPF ring buffer between kernel and recorder (a power of two; e.g. 8M).
+    #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_size)]
+    pub ring_size: u64,
+
+    /// List the event groups and exit.
+    #[arg(long)]
+    pub list_events: bool,
+}
+
+/// What the recorder runs with, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub output: PathBuf,
+    pub duration: Option<Duration>,
+    pub events: Vec<String>,
+    pub chunk: Duration,
+    pub ring_size: u32,
+    /// argv as given, kept in recording.json.
+    pub command_line: Vec<String>,
+}
+
+impl Args {
+    pub fn resolve(self, command_line: Vec<String>) -> anyhow::Result<Config> {
+        let events = if self.events.is_empty() {
+            EVENT_GROUPS
+                .iter()
+                .filter(|g| g.1)
+                .map(|g| g.0.to_string())
+                .collect()
+        } else {
+            let mut events = Vec::new();
+            for e in self
+                .events
+                .iter()
+                .map(|e| e.trim())
+                .filter(|e| !e.is_empty())
+            {
+                if !EVENT_GROUPS.iter().any(|g| g.0 == e) {
+                    let known: Vec<_> = EVENT_GROUPS.iter().map(|g| g.0).collect();
+                    return Err(UsageError(format!(
+                        "unknown event group '{e}' (known: {})",
+                        known.join(", ")
+                    ))
+                    .into());
+                }
+                if !events.iter().any(|k| k == e) {
+                    events.push(e.to_string());
+                }
+            }
+            events
+        };
+        if self.chunk < Duration::from_secs(1) {
+            return Err(UsageError("--chunk must be at least 1s".into()).into());
+        }
+        if !self.ring_size.is_power_of_two() || !(1 << 16..=1 << 30).contains(&self.ring_size) {
+            return Err(
+                UsageError("--ring-size must be a power of two between 64K and 1G".into()).into(),
+            );
+        }
+        Ok(Config {
+            output: self.output,
+            duration: self.duration,
+            events,
+            chunk: self.chunk,
+            ring_size: self.ring_size as u32,
+            command_line,
+        })
+    }
+}
+
+/// `30s`, `500ms`, `10m`, `2h`, `1d`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .with_context(|| format!("'{text}' is not a duration"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86400.0,
+        _ => bail!("'{text}': unknown unit '{unit}' (use ms, s, m, h or d)"),
+    };
+    if !(seconds.is_finite() && seconds > 0.0) {
+        bail!("'{text}' must be a positive duration");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `4096`, `64K`, `8M`, `1G` (binary multiples; `KiB` style suffixes too).
+pub fn parse_size(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number
+        .parse()
+        .with_context(|| format!("'{text}' is not a size"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => bail!("'{text}': unknown size unit '{other}'"),
+    };
+    value
+        .checked_shl(shift)
+        .filter(|v| v >> shift == value)
+        .with_context(|| format!("'{text}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_parse_like_people_write_them() {
+        let cases = [
+            ("30s", 30.0),
+            ("500ms", 0.5),
+            ("10m", 600.0),
+            ("2h", 7200.0),
+            ("1d", 86400.0),
+            ("7", 7.0),
+        ];
+        for (text, secs) in cases {
+            assert_eq!(
+                parse_duration(text).unwrap(),
+                Duration::from_secs_f64(secs),
+                "{text}"
+            );
+        }
+        for bad in ["", "s", "-1s", "10x", "0"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn events_default_to_always_on_groups_and_reject_unknown_ones() {
+        let args = |events: &[&str]| Args {
+            output: "x".into(),
+            duration: None,
+            events: events.iter().map(|s| s.to_string()).collect(),
+            chunk: Duration::from_secs(60),
+            ring_size: 8 << 20,
+            list_events: false,
+        };
+        assert_eq!(args(&[]).resolve(vec![]).unwrap().events, vec!["sched"]);
+        assert_eq!(
+            args(&["sched", "sched"]).resolve(vec![]).unwrap().events,
+            vec!["sched"]
+        );
+        let err = args(&["bogus"]).resolve(vec![]).unwrap_err().to_string();
+        assert!(err.contains("unknown event group 'bogus'"), "{err}");
+    }
+}

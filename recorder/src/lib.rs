@@ -1,0 +1,84 @@
+//! `hindsight-record`: the flight recorder.
+//!
+//! It attaches BPF programs to kernel tracepoints, decodes what they send
+//! through a ring buffer straight into Arrow builders, and writes zstd
+//! Parquet chunks into a recording directory whose layout and schemas come
+//! from `hindsight-schemas`. It is production software on other people's
+//! machines, so:
+//!
+//! - memory is bounded: rows are written in batches of at most
+//!   [`recorder::BATCH_ROWS`] per table, and the ring buffer has a fixed size;
+//! - what it cannot record is recorded: ring-buffer overflows are counted
+//!   per CPU in BPF and land in the `loss` table;
+//! - every file a reader can see is complete (see [`sink`]), also after
+//!   SIGINT/SIGTERM;
+//! - it never links DataFusion: reading recordings is the analyzer's job.
+//!
+//! The path of an event: `bpf/*.bpf.c` → ring buffer → [`decode`] →
+//! [`rows`] builders → [`sink`] → Parquet, driven by [`recorder`].
+
+pub mod bpf;
+pub mod cli;
+pub mod clock;
+pub mod decode;
+pub mod procfs;
+pub mod recorder;
+pub mod recording;
+pub mod rows;
+pub mod sink;
+
+use std::process::ExitCode;
+
+pub use cli::Args;
+
+/// Exit code for a bad invocation or a refused output directory.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code for missing privileges or kernel support.
+pub const EXIT_UNSUPPORTED: u8 = 3;
+
+/// Runs the recorder with parsed flags; `command_line` is kept in recording.json.
+pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
+    if args.list_events {
+        for (name, default, what) in cli::EVENT_GROUPS {
+            println!(
+                "{name:<10} {} {what}",
+                if *default { "default " } else { "optional" }
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = args.resolve(command_line)?;
+    let summary = recorder::record(&config)?;
+    let rows: Vec<String> = summary
+        .rows
+        .iter()
+        .map(|(t, n)| format!("{t} {n}"))
+        .collect();
+    eprintln!(
+        "hindsight-record: wrote {} files, {:.1} MiB to {} (rows: {}); {}",
+        summary.files,
+        summary.bytes as f64 / (1 << 20) as f64,
+        config.output.display(),
+        rows.join(", "),
+        if summary.lost == 0 {
+            "no events lost".to_string()
+        } else {
+            format!("{} events lost (see the loss table)", summary.lost)
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The exit code an error deserves: scripts tell "fix your command" (2) and
+/// "this machine cannot record" (3) from a failure while recording (1).
+pub fn exit_code_for(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<bpf::Unsupported>().is_some() {
+        EXIT_UNSUPPORTED
+    } else if error.downcast_ref::<recording::OutputRefused>().is_some()
+        || error.downcast_ref::<cli::UsageError>().is_some()
+    {
+        EXIT_USAGE
+    } else {
+        1
+    }
+}

@@ -1,0 +1,250 @@
+//! Everything the recorder reads from `/proc` and `/sys`, with the root as a
+//! parameter so tests run on a fixture tree instead of the live machine.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// A thread alive when recording starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScannedTask {
+    pub pid: i32,
+    pub tid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    /// None for kernel threads (empty `/proc/<pid>/cmdline`).
+    pub cmdline: Option<String>,
+}
+
+/// The machine, as recording.json describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostInfo {
+    pub host: String,
+    pub kernel: String,
+    pub boot_id: String,
+    pub cpus: u32,
+    pub numa_nodes: u32,
+}
+
+/// Reads `/proc` and `/sys` below injectable roots.
+#[derive(Clone, Debug)]
+pub struct Procfs {
+    proc_root: PathBuf,
+    sys_root: PathBuf,
+}
+
+impl Default for Procfs {
+    fn default() -> Self {
+        Procfs::new("/proc", "/sys")
+    }
+}
+
+impl Procfs {
+    pub fn new(proc_root: impl Into<PathBuf>, sys_root: impl Into<PathBuf>) -> Self {
+        Procfs {
+            proc_root: proc_root.into(),
+            sys_root: sys_root.into(),
+        }
+    }
+
+    fn read_trimmed(&self, path: &Path) -> Option<String> {
+        fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    }
+
+    pub fn host_info(&self) -> HostInfo {
+        let kernel_dir = self.proc_root.join("sys/kernel");
+        let cpus = self
+            .read_trimmed(&self.sys_root.join("devices/system/cpu/possible"))
+            .and_then(|s| count_cpu_list(&s))
+            .unwrap_or(1);
+        let numa_nodes = self
+            .read_trimmed(&self.sys_root.join("devices/system/node/possible"))
+            .and_then(|s| count_cpu_list(&s))
+            .unwrap_or(1);
+        HostInfo {
+            host: self
+                .read_trimmed(&kernel_dir.join("hostname"))
+                .unwrap_or_default(),
+            kernel: self
+                .read_trimmed(&kernel_dir.join("osrelease"))
+                .unwrap_or_default(),
+            boot_id: self
+                .read_trimmed(&kernel_dir.join("random/boot_id"))
+                .unwrap_or_default(),
+            cpus,
+            numa_nodes,
+        }
+    }
+
+    /// Every thread of every process, as `process` rows of event `scan`.
+    /// Processes that exit while we look are skipped, not errors.
+    pub fn scan_tasks(&self) -> Vec<ScannedTask> {
+        let mut tasks = Vec::new();
+        let Ok(entries) = fs::read_dir(&self.proc_root) else {
+            return tasks;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let dir = entry.path();
+            let Some(stat) = self.read_trimmed(&dir.join("stat")) else {
+                continue;
+            };
+            let Some(ppid) = parse_stat_ppid(&stat) else {
+                continue;
+            };
+            let cmdline = fs::read(dir.join("cmdline"))
+                .ok()
+                .and_then(|raw| join_argv(&raw, false));
+            let Ok(threads) = fs::read_dir(dir.join("task")) else {
+                continue;
+            };
+            for thread in threads.flatten() {
+                let Some(tid) = thread
+                    .file_name()
+                    .to_str()
+                    .and_then(|s| s.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                let Some(comm) = self.read_trimmed(&thread.path().join("comm")) else {
+                    continue;
+                };
+                tasks.push(ScannedTask {
+                    pid,
+                    tid,
+                    ppid,
+                    comm,
+                    cmdline: cmdline.clone(),
+                });
+            }
+        }
+        tasks.sort_by_key(|t| (t.pid, t.tid));
+        tasks
+    }
+}
+
+/// Counts the CPUs (or nodes) in a kernel list like `0-3,8,10-11`.
+pub fn count_cpu_list(list: &str) -> Option<u32> {
+    let mut count = 0;
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        count += match part.split_once('-') {
+            Some((a, b)) => b.trim().parse::<u32>().ok()? - a.trim().parse::<u32>().ok()? + 1,
+            None => {
+                part.trim().parse::<u32>().ok()?;
+                1
+            }
+        };
+    }
+    (count > 0).then_some(count)
+}
+
+/// The ppid from `/proc/<pid>/stat`; the comm field may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub fn parse_stat_ppid(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// NUL-separated argv as one line, arguments separated by spaces; `None`
+/// when empty (kernel threads). `truncated` appends `...`.
+pub fn join_argv(raw: &[u8], truncated: bool) -> Option<String> {
+    let trimmed = match raw.iter().rposition(|&b| b != 0) {
+        Some(last) => &raw[..=last],
+        None => return None,
+    };
+    let mut line: String = String::from_utf8_lossy(trimmed).replace('\0', " ");
+    if truncated {
+        line.push_str("...");
+    }
+    Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn scans_processes_threads_and_kernel_threads_from_a_fixture_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let proc_root = root.path().join("proc");
+        write(&proc_root, "42/stat", "42 (my (odd) name) S 7 42 42 0 -1");
+        write(&proc_root, "42/cmdline", "/usr/bin/app\0--flag\0value\0");
+        write(&proc_root, "42/task/42/comm", "my (odd) name\n");
+        write(&proc_root, "42/task/43/comm", "worker\n");
+        write(&proc_root, "2/stat", "2 (kthreadd) S 0 0 0 0 -1");
+        write(&proc_root, "2/cmdline", "");
+        write(&proc_root, "2/task/2/comm", "kthreadd\n");
+        write(&proc_root, "self/stat", "ignored");
+        let tasks = Procfs::new(&proc_root, root.path().join("sys")).scan_tasks();
+        let line = Some("/usr/bin/app --flag value".to_string());
+        assert_eq!(
+            tasks,
+            vec![
+                ScannedTask {
+                    pid: 2,
+                    tid: 2,
+                    ppid: 0,
+                    comm: "kthreadd".into(),
+                    cmdline: None
+                },
+                ScannedTask {
+                    pid: 42,
+                    tid: 42,
+                    ppid: 7,
+                    comm: "my (odd) name".into(),
+                    cmdline: line.clone()
+                },
+                ScannedTask {
+                    pid: 42,
+                    tid: 43,
+                    ppid: 7,
+                    comm: "worker".into(),
+                    cmdline: line
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn host_info_reads_kernel_files() {
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path().join("proc");
+        let s = root.path().join("sys");
+        write(&p, "sys/kernel/hostname", "db7\n");
+        write(&p, "sys/kernel/osrelease", "6.18.0\n");
+        write(&p, "sys/kernel/random/boot_id", "abc-123\n");
+        write(&s, "devices/system/cpu/possible", "0-3,8\n");
+        write(&s, "devices/system/node/possible", "0-1\n");
+        let info = Procfs::new(p, s).host_info();
+        assert_eq!(
+            info,
+            HostInfo {
+                host: "db7".into(),
+                kernel: "6.18.0".into(),
+                boot_id: "abc-123".into(),
+                cpus: 5,
+                numa_nodes: 2
+            }
+        );
+    }
+
+    #[test]
+    fn argv_joins_and_marks_truncation() {
+        assert_eq!(join_argv(b"a\0b c\0", false).as_deref(), Some("a b c"));
+        assert_eq!(join_argv(b"abc", true).as_deref(), Some("abc..."));
+        assert_eq!(join_argv(b"\0\0", false), None);
+    }
+}

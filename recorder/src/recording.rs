@@ -1,0 +1,228 @@
+//! The recording directory: deciding whether we may write into it, and
+//! keeping `recording.json` current (always replaced atomically).
+
+use std::{
+    fs::{self, DirBuilder, OpenOptions},
+    io::Write,
+    os::unix::fs::{DirBuilderExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use hindsight_schemas::{
+    layout,
+    meta::{RecordingMeta, Session, FORMAT},
+    SCHEMA_VERSION,
+};
+use thiserror::Error;
+
+use crate::sink::{sync_dir, FILE_MODE};
+
+/// Mode of a recording's directories: recordings contain command lines and paths.
+pub const DIR_MODE: u32 = 0o750;
+
+/// Why an output directory is refused; the caller exits with a usage error.
+#[derive(Debug, Error)]
+pub enum OutputRefused {
+    #[error("{0}: not empty and not a hindsight recording (no {file}); choose a new or empty directory", file = layout::RECORDING_FILE)]
+    Foreign(PathBuf),
+    #[error("{path}: recording.json is not readable as a hindsight recording: {reason}")]
+    BadMeta { path: PathBuf, reason: String },
+    #[error("{path}: written with schema version {found}; this hindsight-record writes {SCHEMA_VERSION}: use a new directory")]
+    OtherVersion { path: PathBuf, found: u32 },
+    #[error("{path}: recorded on host {found}, this is {host}: use a new directory")]
+    OtherHost {
+        path: PathBuf,
+        found: String,
+        host: String,
+    },
+    #[error("{0}: exists and is not a directory")]
+    NotADirectory(PathBuf),
+}
+
+/// Creates a directory (and parents) with [`DIR_MODE`]; an existing one is fine.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+}
+
+/// An open recording directory and its description.
+#[derive(Debug)]
+pub struct Recording {
+    pub dir: PathBuf,
+    pub meta: RecordingMeta,
+}
+
+impl Recording {
+    /// Opens `dir` for a new session: creates it, or continues an existing
+    /// recording of this host and schema; refuses anything else.
+    pub fn open(dir: &Path, host: &str, session: Session) -> anyhow::Result<Recording> {
+        let meta_path = dir.join(layout::RECORDING_FILE);
+        let mut meta = if dir.exists() {
+            if !dir.is_dir() {
+                return Err(OutputRefused::NotADirectory(dir.into()).into());
+            }
+            if meta_path.exists() {
+                let text = fs::read_to_string(&meta_path)
+                    .with_context(|| format!("reading {}", meta_path.display()))?;
+                let meta = RecordingMeta::from_json(&text)
+                    .ok()
+                    .filter(|m| m.format == FORMAT)
+                    .ok_or_else(|| OutputRefused::BadMeta {
+                        path: meta_path.clone(),
+                        reason: "not a hindsight recording description".into(),
+                    })?;
+                if meta.schema_version != SCHEMA_VERSION {
+                    return Err(OutputRefused::OtherVersion {
+                        path: meta_path,
+                        found: meta.schema_version,
+                    }
+                    .into());
+                }
+                if meta.host != host {
+                    return Err(OutputRefused::OtherHost {
+                        path: meta_path,
+                        found: meta.host,
+                        host: host.into(),
+                    }
+                    .into());
+                }
+                meta
+            } else if fs::read_dir(dir)
+                .with_context(|| format!("reading {}", dir.display()))?
+                .next()
+                .is_some()
+            {
+                return Err(OutputRefused::Foreign(dir.into()).into());
+            } else {
+                new_meta(host)
+            }
+        } else {
+            new_meta(host)
+        };
+        create_private_dir(dir)?;
+        remove_stale_temporaries(dir)?;
+        meta.sessions.push(session);
+        let recording = Recording {
+            dir: dir.into(),
+            meta,
+        };
+        recording.save()?;
+        Ok(recording)
+    }
+
+    pub fn session_mut(&mut self) -> &mut Session {
+        self.meta
+            .sessions
+            .last_mut()
+            .expect("open() pushed a session")
+    }
+
+    /// Replaces recording.json atomically: write, fsync, rename, fsync dir.
+    pub fn save(&self) -> anyhow::Result<()> {
+        let path = self.dir.join(layout::RECORDING_FILE);
+        let temp = self
+            .dir
+            .join(layout::temp_file_name(layout::RECORDING_FILE));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&temp)
+            .with_context(|| format!("creating {}", temp.display()))?;
+        file.write_all(self.meta.to_json().as_bytes())
+            .and_then(|_| file.sync_all())
+            .with_context(|| format!("writing {}", temp.display()))?;
+        fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+        sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
+        Ok(())
+    }
+}
+
+fn new_meta(host: &str) -> RecordingMeta {
+    RecordingMeta {
+        format: FORMAT.into(),
+        schema_version: SCHEMA_VERSION,
+        host: host.into(),
+        sessions: Vec::new(),
+    }
+}
+
+/// Chunks that a killed recorder left half-written are unreadable by
+/// construction (no footer); removing them keeps the directory tidy.
+fn remove_stale_temporaries(dir: &Path) -> anyhow::Result<()> {
+    for entry in fs::read_dir(dir)?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            for file in fs::read_dir(&path)?.flatten() {
+                let name = file.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(layout::TEMP_SUFFIX) {
+                    let _ = fs::remove_file(file.path());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session {
+            started: "2026-01-01T00:00:00Z".into(),
+            stopped: None,
+            boot_id: "b".into(),
+            kernel: "k".into(),
+            cpus: 2,
+            numa_nodes: 1,
+            recorder_version: "0".into(),
+            command_line: vec!["hindsight-record".into()],
+            events: vec!["sched".into()],
+            chunk_ns: 1,
+            clock_offsets: vec![],
+            skipped_probes: vec![],
+        }
+    }
+
+    #[test]
+    fn new_and_existing_recordings_open_and_sessions_accumulate() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("rec");
+        Recording::open(&dir, "h", session()).unwrap();
+        let again = Recording::open(&dir, "h", session()).unwrap();
+        assert_eq!(again.meta.sessions.len(), 2);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            DIR_MODE
+        );
+    }
+
+    #[test]
+    fn foreign_directories_are_refused_with_their_path() {
+        let root = tempfile::tempdir().unwrap();
+        fs::write(root.path().join("notes.txt"), "mine").unwrap();
+        let err = Recording::open(root.path(), "h", session()).unwrap_err();
+        assert!(err.downcast_ref::<OutputRefused>().is_some());
+        assert!(
+            err.to_string().contains("not a hindsight recording"),
+            "{err}"
+        );
+        assert!(
+            fs::read_dir(root.path()).unwrap().count() == 1,
+            "nothing written into a refused dir"
+        );
+
+        let other = root.path().join("other");
+        Recording::open(&other, "h", session()).unwrap();
+        let err = Recording::open(&other, "elsewhere", session()).unwrap_err();
+        assert!(err.to_string().contains("recorded on host h"), "{err}");
+    }
+}

@@ -1,0 +1,323 @@
+//! The Parquet sink: one per table, writing the chunk files of a recording.
+//!
+//! Guarantees, which the rest of the recorder and every reader rely on:
+//! - A reader never sees a partial file. A chunk is written under a hidden
+//!   temporary name (`<table>/.<name>.parquet.tmp`), then closed (footer
+//!   written), fsynced, renamed to `<name>.parquet` and the directory
+//!   fsynced. Readers list only `*.parquet` names that do not start with `.`.
+//! - Memory is bounded by the caller's batch size: each batch written is
+//!   one Parquet row group, encoded and flushed to the temporary file at once.
+//! - Within each row group, rows are sorted by the table's sort key (for
+//!   example `cpu, ts`), and the file declares it in its metadata.
+//! - Every file carries the schema version, table, host and boot id in its
+//!   key-value metadata, so it still says what it is when mailed alone.
+//!
+//! A chunk whose recorder is killed before the rename stays a `.tmp` file:
+//! never read, removed by the next recorder start. (Journaling the open
+//! chunk so a kill loses at most a second is a separate layer.)
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::BufWriter,
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::Context;
+use arrow::{
+    compute::{lexsort_to_indices, take_record_batch, SortColumn},
+    record_batch::RecordBatch,
+};
+use hindsight_schemas::{layout, Table};
+use parquet::{
+    arrow::ArrowWriter,
+    basic::{Compression, Encoding, ZstdLevel},
+    file::{
+        metadata::{KeyValue, SortingColumn},
+        properties::{EnabledStatistics, WriterProperties},
+    },
+    schema::types::ColumnPath,
+};
+
+/// Mode of every file a recording holds: recordings contain command lines.
+pub const FILE_MODE: u32 = 0o640;
+
+/// Who wrote a recording, stamped into every file.
+#[derive(Clone, Debug)]
+pub struct FileStamp {
+    pub host: String,
+    pub boot_id: String,
+    pub recorder_version: String,
+}
+
+struct OpenChunk {
+    writer: ArrowWriter<BufWriter<File>>,
+    temp_path: PathBuf,
+    final_path: PathBuf,
+}
+
+/// Writes one table's chunks.
+pub struct TableSink {
+    table: &'static Table,
+    dir: PathBuf,
+    props: WriterProperties,
+    open: Option<OpenChunk>,
+    /// Bytes of the files this sink has closed, for the recorder's own accounting.
+    pub bytes_written: u64,
+    pub rows_written: u64,
+}
+
+/// Writer properties chosen per column: delta encoding for the timestamp
+/// (consecutive events differ by little), dictionaries elsewhere (zstd on
+/// top), the table's sort key declared.
+fn writer_properties(table: &Table, stamp: &FileStamp) -> WriterProperties {
+    let sorting: Vec<SortingColumn> = table
+        .sort_key
+        .iter()
+        .map(|name| SortingColumn {
+            column_idx: table.index(name) as i32,
+            descending: false,
+            nulls_first: false,
+        })
+        .collect();
+    let metadata = layout::file_metadata(
+        table.name,
+        &stamp.host,
+        &stamp.boot_id,
+        &stamp.recorder_version,
+    )
+    .into_iter()
+    .map(|(k, v)| KeyValue::new(k, v))
+    .collect();
+    let ts = ColumnPath::from("ts");
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid zstd level"),
+        ))
+        .set_column_dictionary_enabled(ts.clone(), false)
+        .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_max_row_group_row_count(Some(usize::MAX))
+        .set_sorting_columns(Some(sorting))
+        .set_key_value_metadata(Some(metadata))
+        .build()
+}
+
+/// Sorts a batch by the table's sort key.
+fn sort_batch(table: &Table, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
+    if table.sort_key.is_empty() || batch.num_rows() < 2 {
+        return Ok(batch.clone());
+    }
+    let columns: Vec<SortColumn> = table
+        .sort_key
+        .iter()
+        .map(|name| SortColumn {
+            values: batch.column(table.index(name)).clone(),
+            options: None,
+        })
+        .collect();
+    let indices = lexsort_to_indices(&columns, None)?;
+    Ok(take_record_batch(batch, &indices)?)
+}
+
+/// fsync a directory, so a rename in it survives a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl TableSink {
+    pub fn new(recording: &Path, table: &'static Table, stamp: &FileStamp) -> anyhow::Result<Self> {
+        let dir = recording.join(table.name);
+        crate::recording::create_private_dir(&dir)?;
+        Ok(TableSink {
+            table,
+            dir,
+            props: writer_properties(table, stamp),
+            open: None,
+            bytes_written: 0,
+            rows_written: 0,
+        })
+    }
+
+    pub fn table(&self) -> &'static Table {
+        self.table
+    }
+
+    /// Appends a batch as one sorted row group of the open chunk, opening
+    /// the chunk file named `file_name` when none is open.
+    pub fn write(&mut self, batch: &RecordBatch, file_name: &str) -> anyhow::Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let sorted = sort_batch(self.table, batch)?;
+        if self.open.is_none() {
+            self.open = Some(self.open_chunk(file_name)?);
+        }
+        let chunk = self.open.as_mut().expect("opened above");
+        let path = &chunk.temp_path;
+        chunk
+            .writer
+            .write(&sorted)
+            .with_context(|| format!("writing {}", path.display()))?;
+        chunk
+            .writer
+            .flush()
+            .with_context(|| format!("writing {}", path.display()))?;
+        self.rows_written += sorted.num_rows() as u64;
+        Ok(())
+    }
+
+    fn open_chunk(&self, file_name: &str) -> anyhow::Result<OpenChunk> {
+        let final_path = self.dir.join(file_name);
+        let temp_path = self.dir.join(layout::temp_file_name(file_name));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&temp_path)
+            .with_context(|| format!("creating {}", temp_path.display()))?;
+        let writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(256 << 10, file),
+            Arc::clone(&self.table.schema()),
+            Some(self.props.clone()),
+        )
+        .with_context(|| format!("starting {}", temp_path.display()))?;
+        Ok(OpenChunk {
+            writer,
+            temp_path,
+            final_path,
+        })
+    }
+
+    /// Closes the open chunk (if any): footer, fsync, rename, fsync the dir.
+    /// Returns the path of the closed file.
+    pub fn close_chunk(&mut self) -> anyhow::Result<Option<PathBuf>> {
+        let Some(chunk) = self.open.take() else {
+            return Ok(None);
+        };
+        let temp = &chunk.temp_path;
+        let buffered = chunk
+            .writer
+            .into_inner()
+            .with_context(|| format!("closing {}", temp.display()))?;
+        let file = buffered
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("flushing {}", temp.display()))?;
+        file.sync_all()
+            .with_context(|| format!("fsync {}", temp.display()))?;
+        self.bytes_written += file.metadata().map(|m| m.len()).unwrap_or(0);
+        drop(file);
+        fs::rename(temp, &chunk.final_path).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                temp.display(),
+                chunk.final_path.display()
+            )
+        })?;
+        sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
+        Ok(Some(chunk.final_path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int32Type;
+    use parquet::{arrow::arrow_reader::ParquetRecordBatchReaderBuilder, file::reader::FileReader};
+
+    use super::*;
+    use crate::rows::SchedSwitchRows;
+
+    fn stamp() -> FileStamp {
+        FileStamp {
+            host: "h".into(),
+            boot_id: "b".into(),
+            recorder_version: "0".into(),
+        }
+    }
+
+    #[test]
+    fn chunks_appear_only_when_closed_sorted_and_stamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = TableSink::new(
+            dir.path(),
+            &hindsight_schemas::tables::SCHED_SWITCH,
+            &stamp(),
+        )
+        .unwrap();
+        let mut rows = SchedSwitchRows::new();
+        for (ts, cpu) in [(30, 1), (10, 0), (20, 1), (5, 0)] {
+            rows.ts.append_value(ts);
+            rows.cpu.append_value(cpu);
+            for b in [
+                &mut rows.prev_tid,
+                &mut rows.prev_pid,
+                &mut rows.prev_prio,
+                &mut rows.next_tid,
+                &mut rows.next_pid,
+                &mut rows.next_prio,
+            ] {
+                b.append_value(ts as i32);
+            }
+            for b in [
+                &mut rows.prev_comm,
+                &mut rows.prev_state,
+                &mut rows.next_comm,
+            ] {
+                b.append_value("x");
+            }
+        }
+        sink.write(&rows.finish(), "c-000000.parquet").unwrap();
+        let table_dir = dir.path().join("sched_switch");
+        let visible = || -> Vec<String> {
+            fs::read_dir(&table_dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| layout::is_chunk_file(n))
+                .collect()
+        };
+        assert!(visible().is_empty(), "an open chunk must not be visible");
+        let closed = sink.close_chunk().unwrap().unwrap();
+        assert_eq!(visible(), vec!["c-000000.parquet"]);
+        assert_eq!(
+            fs::metadata(&closed).unwrap().permissions().mode() & 0o777,
+            FILE_MODE
+        );
+
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(File::open(&closed).unwrap()).unwrap();
+        let kv = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .clone();
+        assert!(kv
+            .iter()
+            .any(|k| k.key == layout::key::TABLE && k.value.as_deref() == Some("sched_switch")));
+        let batch = ParquetRecordBatchReaderBuilder::try_new(File::open(&closed).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let cpu: Vec<i32> = batch
+            .column(1)
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        let tid: Vec<i32> = batch
+            .column(2)
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        assert_eq!(cpu, [0, 0, 1, 1]);
+        assert_eq!(tid, [5, 10, 20, 30]);
+    }
+
+    use std::os::unix::fs::PermissionsExt;
+}

@@ -1,0 +1,27 @@
+//! The contract between `hindsight-record` and `hindsight`.
+//!
+//! Nothing else in the workspace defines a table name, a column, its Arrow
+//! type, its unit, or where a file of a recording lives. The recorder builds
+//! its Arrow builders from [`tables`]; the analyzer registers the same
+//! schemas with DataFusion, so a table with no file yet still has its
+//! columns, and a file written by an older recorder (fewer, always nullable
+//! new columns) still reads.
+//!
+//! - [`tables`]: every table, its columns, types, units and docs.
+//! - [`layout`]: directory and file names, Parquet key-value metadata.
+//! - [`meta`]: `recording.json`, the recording's self-description.
+//! - [`time`]: the one conversion from the kernel's boot clock to UTC.
+//! - [`doc`]: renders `SCHEMA.md` from the above (a test keeps it current).
+
+pub mod doc;
+pub mod layout;
+pub mod meta;
+pub mod tables;
+pub mod time;
+
+/// Version of the on-disk format. Bumped when a reader of the previous
+/// version could misread a new recording; adding a nullable column does not
+/// bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+pub use tables::{Column, ColumnType, Table, TABLES};

@@ -1,0 +1,214 @@
+//! Every table of a recording, as data: columns, Arrow types, units, docs.
+//!
+//! Column order here is the order in the Parquet files. New columns go at
+//! the end and are nullable, so recordings written before them still read.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+/// The Arrow type of a column, named by what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnType {
+    /// UTC wall-clock time, nanoseconds: `Timestamp(Nanosecond, "UTC")`.
+    Timestamp,
+    /// A small set of repeating strings (task names, states): dictionary-encoded.
+    Name,
+    /// Free text (command lines).
+    Text,
+    Bool,
+    Int32,
+    Int64,
+}
+
+impl ColumnType {
+    pub fn data_type(self) -> DataType {
+        match self {
+            ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            ColumnType::Name => {
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+            }
+            ColumnType::Text => DataType::Utf8,
+            ColumnType::Bool => DataType::Boolean,
+            ColumnType::Int32 => DataType::Int32,
+            ColumnType::Int64 => DataType::Int64,
+        }
+    }
+
+    /// How the type reads in SQL, for the docs.
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            ColumnType::Timestamp => "TIMESTAMP (ns, UTC)",
+            ColumnType::Name => "VARCHAR (dictionary)",
+            ColumnType::Text => "VARCHAR",
+            ColumnType::Bool => "BOOLEAN",
+            ColumnType::Int32 => "INT",
+            ColumnType::Int64 => "BIGINT",
+        }
+    }
+}
+
+/// One column of a table.
+#[derive(Debug)]
+pub struct Column {
+    pub name: &'static str,
+    pub kind: ColumnType,
+    pub nullable: bool,
+    /// Unit of the value, empty where it has none (identifiers, names).
+    pub unit: &'static str,
+    pub doc: &'static str,
+}
+
+/// One table: a folder of Parquet files in a recording.
+#[derive(Debug)]
+pub struct Table {
+    /// Table name in SQL and folder name on disk.
+    pub name: &'static str,
+    /// The event group of `hindsight-record --events` that fills it.
+    pub group: &'static str,
+    pub doc: &'static str,
+    /// The order rows are sorted in within each Parquet row group.
+    pub sort_key: &'static [&'static str],
+    pub columns: &'static [Column],
+}
+
+impl Table {
+    /// The Arrow schema, with the table's name in its metadata.
+    pub fn schema(&self) -> SchemaRef {
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| Field::new(c.name, c.kind.data_type(), c.nullable))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Position of a column; panics on a name this table does not have,
+    /// which is a programming error caught by any test that touches it.
+    pub fn index(&self, column: &str) -> usize {
+        self.columns
+            .iter()
+            .position(|c| c.name == column)
+            .unwrap_or_else(|| panic!("table {} has no column {column}", self.name))
+    }
+
+    pub fn column(&self, column: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == column)
+    }
+}
+
+/// Looks a table up by name.
+pub fn table(name: &str) -> Option<&'static Table> {
+    TABLES.iter().copied().find(|t| t.name == name)
+}
+
+const fn col(
+    name: &'static str,
+    kind: ColumnType,
+    unit: &'static str,
+    doc: &'static str,
+) -> Column {
+    Column {
+        name,
+        kind,
+        nullable: false,
+        unit,
+        doc,
+    }
+}
+
+const fn nullable(
+    name: &'static str,
+    kind: ColumnType,
+    unit: &'static str,
+    doc: &'static str,
+) -> Column {
+    Column {
+        name,
+        kind,
+        nullable: true,
+        unit,
+        doc,
+    }
+}
+
+use ColumnType::*;
+
+const TS_DOC: &str = "When the event happened, converted from the kernel's boot clock with the offset in recording.json.";
+const CPU_DOC: &str = "CPU the event was recorded on.";
+
+pub static SCHED_SWITCH: Table = Table {
+    name: "sched_switch",
+    group: "sched",
+    doc: "One row per context switch (`sched:sched_switch`): `prev` leaves the CPU, `next` takes it. \
+          A thread's on-CPU time runs from the row where it is `next` to the next row where it is `prev` on the same CPU.",
+    sort_key: &["cpu", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("cpu", Int32, "", CPU_DOC),
+        col("prev_tid", Int32, "", "Thread leaving the CPU (kernel pid); 0 is the idle task."),
+        col("prev_pid", Int32, "", "Process of the thread leaving the CPU (kernel tgid)."),
+        col("prev_comm", Name, "", "Name of the thread leaving the CPU, at the time of the switch."),
+        col("prev_state", Name, "", "State the leaving thread blocked in, as `ps` shows it: `R` preempted (still runnable), `S` sleeping, `D` uninterruptible, `T` stopped, `t` traced, `X` dead, `Z` zombie, `P` parked, `I` idle kernel thread."),
+        col("prev_prio", Int32, "kernel priority", "Kernel priority of the leaving thread: 0-99 real-time, 100-139 normal (120 = nice 0)."),
+        col("next_tid", Int32, "", "Thread taking the CPU; 0 is the idle task."),
+        col("next_pid", Int32, "", "Process of the thread taking the CPU."),
+        col("next_comm", Name, "", "Name of the thread taking the CPU."),
+        col("next_prio", Int32, "kernel priority", "Kernel priority of the thread taking the CPU."),
+    ],
+};
+
+pub static SCHED_WAKEUP: Table = Table {
+    name: "sched_wakeup",
+    group: "sched",
+    doc: "One row per wakeup (`sched:sched_wakeup`, `sched:sched_wakeup_new`): the thread becomes runnable. \
+          Run-queue latency is the time from here to the thread's next switch-in.",
+    sort_key: &["cpu", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("cpu", Int32, "", "CPU the wakeup ran on."),
+        col("tid", Int32, "", "Thread woken."),
+        col("pid", Int32, "", "Process of the thread woken."),
+        col("comm", Name, "", "Name of the thread woken."),
+        col("target_cpu", Int32, "", "CPU whose run queue the thread was put on."),
+        col("waker_tid", Int32, "", "Thread running on `cpu` when the wakeup fired: the waker for ordinary wakeups; in interrupt context, the interrupted thread."),
+        col("waker_pid", Int32, "", "Process of `waker_tid`."),
+        col("new_task", Bool, "", "True for the first wakeup of a new thread (`sched_wakeup_new`)."),
+        col("prio", Int32, "kernel priority", "Kernel priority of the thread woken."),
+    ],
+};
+
+pub static PROCESS: Table = Table {
+    name: "process",
+    group: "sched",
+    doc: "Process and thread lifecycle: a `scan` row for every thread alive when recording started, \
+          then `fork`, `exec` and `exit` as they happen, so every pid seen anywhere has a name and a command line, also after it exited.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("event", Name, "", "`scan` (alive at start), `fork` (new process or thread), `exec` (new program), `exit` (thread ended)."),
+        col("pid", Int32, "", "Process (kernel tgid)."),
+        col("tid", Int32, "", "Thread (kernel pid); equals `pid` for a process's main thread."),
+        col("ppid", Int32, "", "Parent process."),
+        col("comm", Name, "", "Thread name: after `exec`, the new program's; on `fork`, inherited from the parent."),
+        nullable("cmdline", Text, "", "Arguments separated by spaces; on `exec` at most the first 256 bytes, ending in `...` when cut; null for kernel threads and for `fork`/`exit`."),
+        nullable("exit_code", Int32, "", "On `exit`: the wait status, `exit_code >> 8` is the exit status and `exit_code & 127` the signal that killed it."),
+    ],
+};
+
+pub static LOSS: Table = Table {
+    name: "loss",
+    group: "always",
+    doc: "What the recording could not see: events dropped, per CPU, per source and per interval. \
+          A row is written for each flush interval in which something was lost; no row means nothing was lost.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "End of the interval in which the events were lost."),
+        nullable("cpu", Int32, "", "CPU the loss happened on; null where it is not per CPU."),
+        col("source", Name, "", "What was lost, as `<cause>:<table>`, for example `ring_full:sched_switch` (the BPF ring buffer was full)."),
+        col("lost", Int64, "events", "Number of events lost."),
+    ],
+};
+
+/// Every table, in the order the docs list them.
+pub static TABLES: &[&Table] = &[&SCHED_SWITCH, &SCHED_WAKEUP, &PROCESS, &LOSS];
