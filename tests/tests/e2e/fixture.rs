@@ -1,0 +1,176 @@
+//! Shared test fixture: paths of the workspace binaries, a recorder process
+//! that is started, waited for and stopped like a user would, and queries.
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+    process::{Child, ChildStderr, Command, Output, Stdio},
+    thread,
+    time::Duration,
+};
+
+/// A binary of this workspace, built next to the test binary.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`)",
+        path.display()
+    );
+    path
+}
+
+/// A fresh directory per test; the recording goes in `rec/` below it.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Scratch {
+            dir: tempfile::Builder::new()
+                .prefix("hindsight-e2e-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn rec(&self) -> PathBuf {
+        self.dir.path().join("rec")
+    }
+}
+
+/// A running `hindsight-record`.
+pub struct Recorder {
+    child: Child,
+    stderr: BufReader<ChildStderr>,
+    pub log: String,
+}
+
+impl Recorder {
+    /// Starts recording into `dir` and returns once the probes are attached.
+    pub fn start(dir: &Path, extra: &[&str]) -> Recorder {
+        Self::start_with_env(dir, extra, &[])
+    }
+
+    pub fn start_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Recorder {
+        let mut child = Command::new(bin("hindsight-record"))
+            .arg("--output")
+            .arg(dir)
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hindsight-record");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let status = child.wait().unwrap();
+                panic!("hindsight-record exited ({status}) before recording:\n{log}");
+            }
+            log.push_str(&line);
+            if line.starts_with("hindsight-record: recording ") {
+                break;
+            }
+        }
+        Recorder { child, stderr, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends SIGINT and waits; asserts a clean exit and returns everything it said.
+    pub fn stop(self) -> String {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        self.finish()
+    }
+
+    /// Waits for a recorder started with `--duration` to end by itself.
+    pub fn finish(mut self) -> String {
+        let mut rest = String::new();
+        self.stderr.read_to_string(&mut rest).unwrap();
+        self.log.push_str(&rest);
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "hindsight-record failed ({status}):\n{}",
+            self.log
+        );
+        std::mem::take(&mut self.log)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // A failed assertion must not leave BPF programs attached by a stray recorder.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command, returning its output whatever the exit status.
+pub fn run(command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("running {command:?}: {e}"))
+}
+
+/// `hindsight sql DIR QUERY --format json`, parsed into one JSON value a row.
+pub fn sql(dir: &Path, query: &str) -> Vec<serde_json::Value> {
+    let out = run(Command::new(bin("hindsight"))
+        .arg("sql")
+        .arg(dir)
+        .arg(query)
+        .args(["--format", "json"]));
+    assert!(
+        out.status.success(),
+        "hindsight sql failed: {}\nquery: {query}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// A single integer result of a query.
+pub fn sql_count(dir: &Path, query: &str) -> i64 {
+    let rows = sql(dir, query);
+    assert_eq!(rows.len(), 1, "expected one row from {query}: {rows:?}");
+    let value = rows[0]
+        .as_object()
+        .and_then(|o| o.values().next())
+        .cloned()
+        .unwrap();
+    value
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an integer: {value}"))
+}
+
+/// Runs the ping-pong workload and returns its ground-truth JSON.
+pub fn pingpong(rounds: u64) -> serde_json::Value {
+    let out = run(Command::new(bin("hs-pingpong")).args(["--rounds", &rounds.to_string()]));
+    assert!(
+        out.status.success(),
+        "hs-pingpong failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("hs-pingpong prints JSON")
+}
+
+/// Gives the recorder a moment to drain what the kernel has queued.
+pub fn settle() {
+    thread::sleep(Duration::from_millis(300));
+}

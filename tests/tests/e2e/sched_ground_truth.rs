@@ -1,0 +1,110 @@
+use crate::fixture::{pingpong, settle, sql, sql_count, Recorder, Scratch};
+
+#[test]
+fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--chunk", "2s"]);
+    let truth = pingpong(20_000);
+    settle();
+    let log = recorder.stop();
+    assert!(
+        log.contains("no events lost"),
+        "a quiet machine must lose nothing:\n{log}"
+    );
+
+    let workload_pid = truth["pid"].as_i64().unwrap();
+    for child in truth["children"].as_array().unwrap() {
+        let tid = child["tid"].as_i64().unwrap();
+        let kernel = child["voluntary"].as_i64().unwrap() + child["nonvoluntary"].as_i64().unwrap();
+        assert!(
+            kernel > 20_000,
+            "the workload blocks once per round: {child}"
+        );
+        let recorded = sql_count(
+            &rec,
+            &format!("SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {tid}"),
+        );
+        assert_eq!(
+            recorded, kernel,
+            "switches of {child} (kernel: voluntary + nonvoluntary)"
+        );
+        // The chunks roll every 2 s: the count above spans several files.
+
+        let name = child["name"].as_str().unwrap();
+        let lifecycle = sql(
+            &rec,
+            &format!(
+                "SELECT event, pid, tid, ppid, CAST(comm AS VARCHAR) AS comm, exit_code FROM process \
+                 WHERE tid = {tid} AND event IN ('fork', 'exit') ORDER BY ts"
+            ),
+        );
+        let events: Vec<_> = lifecycle
+            .iter()
+            .map(|r| r["event"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(events, ["fork", "exit"], "{lifecycle:?}");
+        for row in &lifecycle {
+            assert_eq!(row["pid"].as_i64(), Some(tid));
+            assert_eq!(row["ppid"].as_i64(), Some(workload_pid), "{row}");
+        }
+        assert_eq!(
+            lifecycle[0]["comm"], "hs-pingpong",
+            "a fork inherits the parent's comm"
+        );
+        assert_eq!(
+            lifecycle[1]["comm"], name,
+            "the exit row has the name the child gave itself"
+        );
+        assert_eq!(lifecycle[1]["exit_code"].as_i64(), Some(0));
+    }
+
+    let exec = sql(
+        &rec,
+        &format!("SELECT CAST(comm AS VARCHAR) AS comm, ppid, cmdline FROM process WHERE event = 'exec' AND pid = {workload_pid}"),
+    );
+    assert_eq!(exec.len(), 1, "{exec:?}");
+    assert_eq!(exec[0]["comm"], "hs-pingpong");
+    assert_eq!(exec[0]["ppid"].as_i64(), Some(std::process::id() as i64));
+    let cmdline = exec[0]["cmdline"].as_str().unwrap();
+    assert!(cmdline.ends_with("hs-pingpong --rounds 20000"), "{cmdline}");
+
+    // Every thread already running at start has a scan row: this test process is one.
+    let me = std::process::id();
+    assert!(
+        sql_count(
+            &rec,
+            &format!("SELECT count(*) AS n FROM process WHERE event = 'scan' AND pid = {me}")
+        ) >= 1
+    );
+}
+
+#[test]
+fn timestamps_are_utc_and_inside_the_recording() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let recorder = Recorder::start(&rec, &[]);
+    pingpong(500);
+    settle();
+    recorder.stop();
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let rows = sql(
+        &rec,
+        "SELECT CAST(min(ts) AS BIGINT) AS first, CAST(max(ts) AS BIGINT) AS last, count(*) AS n FROM sched_switch",
+    );
+    let (first, last) = (
+        rows[0]["first"].as_i64().unwrap(),
+        rows[0]["last"].as_i64().unwrap(),
+    );
+    assert!(
+        before <= first && first <= last && last <= after,
+        "{before} <= {first} <= {last} <= {after}"
+    );
+}

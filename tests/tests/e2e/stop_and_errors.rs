@@ -1,0 +1,198 @@
+use std::{
+    fs, os::unix::process::CommandExt, path::Path, process::Command, thread, time::Duration,
+};
+
+use crate::fixture::{bin, pingpong, run, settle, sql_count, Recorder, Scratch};
+
+/// Every file under a recording: no temporaries, and every Parquet file
+/// opens with a standard reader and has rows.
+fn assert_only_complete_files(rec: &Path) -> usize {
+    let mut parquet_files = 0;
+    for table in fs::read_dir(rec)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
+        for file in fs::read_dir(table.path()).unwrap().flatten() {
+            let name = file.file_name().into_string().unwrap();
+            assert!(
+                !name.starts_with('.'),
+                "leftover temporary {}",
+                file.path().display()
+            );
+            let reader = parquet::file::reader::SerializedFileReader::new(
+                fs::File::open(file.path()).unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{} is not readable: {e}", file.path().display()));
+            use parquet::file::reader::FileReader;
+            assert!(
+                reader.metadata().file_metadata().num_rows() > 0,
+                "{} is empty",
+                file.path().display()
+            );
+            parquet_files += 1;
+        }
+    }
+    parquet_files
+}
+
+#[test]
+fn sigint_in_the_middle_of_a_chunk_leaves_only_complete_files() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    // A chunk far longer than the run: the stop always lands mid-chunk.
+    let recorder = Recorder::start(&rec, &["--chunk", "10m"]);
+    pingpong(3_000);
+    thread::sleep(Duration::from_millis(700));
+    let log = recorder.stop();
+    assert!(log.contains("wrote "), "{log}");
+    assert!(
+        assert_only_complete_files(&rec) >= 3,
+        "sched_switch, sched_wakeup and process files expected"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(rec.join("recording.json")).unwrap()).unwrap();
+    assert!(
+        meta["sessions"][0]["stopped"].is_string(),
+        "the session records its clean stop: {meta}"
+    );
+    assert!(sql_count(&rec, "SELECT count(*) AS n FROM sched_switch") > 6_000);
+}
+
+#[test]
+fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    Recorder::start(&rec, &["--duration", "1s"]).finish();
+    let first = sql_count(&rec, "SELECT count(*) AS n FROM sched_switch");
+    Recorder::start(&rec, &["--duration", "1s"]).finish();
+    let both = sql_count(&rec, "SELECT count(*) AS n FROM sched_switch");
+    assert!(both > first && first > 0, "{first} then {both}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(rec.join("recording.json")).unwrap()).unwrap();
+    assert_eq!(meta["sessions"].as_array().unwrap().len(), 2);
+    assert_only_complete_files(&rec);
+}
+
+#[test]
+fn a_missing_tracepoint_is_skipped_with_a_warning_and_the_rest_records() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start_with_env(
+        &rec,
+        &[],
+        &[("HINDSIGHT_TEST_HIDE_TRACEPOINTS", "sched_wakeup_new")],
+    );
+    assert!(
+        recorder
+            .log
+            .contains("warning: tracepoint sched:sched_wakeup_new is missing"),
+        "{}",
+        recorder.log
+    );
+    pingpong(1_000); // forks two children: each would have a sched_wakeup_new
+    settle();
+    recorder.stop();
+    let meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(rec.join("recording.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["sessions"][0]["skipped_probes"],
+        serde_json::json!(["sched:sched_wakeup_new"])
+    );
+    assert_eq!(
+        sql_count(
+            &rec,
+            "SELECT count(*) AS n FROM sched_wakeup WHERE new_task"
+        ),
+        0
+    );
+    assert!(sql_count(&rec, "SELECT count(*) AS n FROM sched_wakeup") > 1_000);
+    assert!(
+        sql_count(
+            &rec,
+            "SELECT count(*) AS n FROM process WHERE event = 'fork'"
+        ) >= 2
+    );
+}
+
+#[test]
+fn new_tasks_are_woken_with_sched_wakeup_new() {
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &[]);
+    let truth = pingpong(100);
+    settle();
+    recorder.stop();
+    for child in truth["children"].as_array().unwrap() {
+        let tid = child["tid"].as_i64().unwrap();
+        let q = format!("SELECT count(*) AS n FROM sched_wakeup WHERE new_task AND tid = {tid}");
+        assert_eq!(sql_count(&rec, &q), 1, "{child}");
+    }
+}
+
+/// The one-line error a refused start prints, and its exit code.
+fn refused(command: &mut Command) -> (i32, String) {
+    let out = run(command);
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line expected, got:\n{stderr}"
+    );
+    (out.status.code().expect("exited, not killed"), stderr)
+}
+
+#[test]
+fn setups_that_cannot_work_are_refused_with_one_clear_line() {
+    let scratch = Scratch::new();
+
+    // Not root: the unprivileged user `nobody`.
+    let out_dir = scratch.dir.path().join("as-nobody");
+    let (code, message) = refused(
+        Command::new(bin("hindsight-record"))
+            .arg("-o")
+            .arg(&out_dir)
+            .uid(65534)
+            .gid(65534),
+    );
+    assert_eq!(code, 3, "{message}");
+    assert!(
+        message.contains("needs root") && message.contains("CAP_BPF"),
+        "{message}"
+    );
+    assert!(
+        !out_dir.exists(),
+        "nothing is created before the privilege check"
+    );
+
+    // A directory that holds other things.
+    let foreign = scratch.dir.path().join("foreign");
+    fs::create_dir(&foreign).unwrap();
+    fs::write(foreign.join("notes.txt"), "keep me").unwrap();
+    let (code, message) = refused(
+        Command::new(bin("hindsight-record"))
+            .arg("-o")
+            .arg(&foreign)
+            .args(["-d", "1s"]),
+    );
+    assert_eq!(code, 2, "{message}");
+    assert!(
+        message.contains("not a hindsight recording") && message.contains("foreign"),
+        "{message}"
+    );
+    assert_eq!(
+        fs::read_dir(&foreign).unwrap().count(),
+        1,
+        "the foreign directory is untouched"
+    );
+
+    // An event group that does not exist.
+    let (code, message) = refused(
+        Command::new(bin("hindsight-record"))
+            .arg("-o")
+            .arg(scratch.rec())
+            .args(["--events", "sched,bogus"]),
+    );
+    assert_eq!(code, 2, "{message}");
+    assert!(message.contains("unknown event group 'bogus'"), "{message}");
+}
