@@ -1,0 +1,188 @@
+//! Recordings as DataFusion tables.
+//!
+//! Every table of `hindsight_schemas::TABLES` is registered, always, with
+//! the schema from `schemas` rather than one inferred from files: a table
+//! with no file yet still has its columns, and a file written before a
+//! nullable column was added reads with that column null.
+//!
+//! - One recording: each table is a `ListingTable` over `<dir>/<table>/`
+//!   that lists only `*.parquet`, so the hidden `.<name>.parquet.tmp` of a
+//!   chunk being written is never opened. A missing folder is an empty table.
+//! - Several recordings: each table is the `UNION ALL` of the recordings'
+//!   tables with a `host` column (Utf8, last, where a `host=<name>/`
+//!   partition column would be) holding [`host_labels`].
+//!
+//! Row order is not declared to DataFusion: `schemas` promises sorting
+//! within a row group only, and a wrong declared order gives wrong results.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::common::TableReference;
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::provider_as_source;
+use datafusion::datasource::ViewTable;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use hindsight_schemas::{layout, TABLES};
+
+use crate::recording::{Recording, TableFiles};
+
+/// The name of the column that tells recordings apart when several are open.
+pub const HOST_COLUMN: &str = "host";
+
+/// Partitions (and worker threads) when the caller does not choose: the
+/// machine's CPUs, at most 4, so a query on a shared 2-core host leaves
+/// room for the recorder.
+pub fn default_partitions() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+}
+
+/// A session with every table of `recordings` registered.
+pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<SessionContext> {
+    let config = SessionConfig::new()
+        .with_target_partitions(partitions.max(1))
+        .with_information_schema(true);
+    let ctx = SessionContext::new_with_config(config);
+    match recordings {
+        [] => return Err(DataFusionError::Plan("no recording to open".into())),
+        [one] => {
+            for files in &one.tables {
+                ctx.register_table(files.table.name, table_provider(files)?)?;
+            }
+        }
+        many => {
+            let hosts = host_labels(many);
+            for (i, table) in TABLES.iter().enumerate() {
+                let mut union: Option<LogicalPlanBuilder> = None;
+                for (part_no, (rec, host)) in many.iter().zip(&hosts).enumerate() {
+                    let files = &rec.tables[i];
+                    debug_assert_eq!(files.table.name, table.name);
+                    let mut columns: Vec<_> = table.columns.iter().map(|c| ident(c.name)).collect();
+                    columns.push(lit(host.as_str()).alias(HOST_COLUMN));
+                    let part = LogicalPlanBuilder::scan(
+                        // A private name per part; only the union is registered.
+                        TableReference::bare(format!("{}_{part_no}", table.name)),
+                        provider_as_source(table_provider(files)?),
+                        None,
+                    )?
+                    .project(columns)?
+                    .build()?;
+                    union = Some(match union {
+                        None => LogicalPlanBuilder::from(part),
+                        Some(u) => u.union(part)?,
+                    });
+                }
+                let plan = union.expect("two or more recordings").build()?;
+                ctx.register_table(table.name, Arc::new(ViewTable::new(plan, None)))?;
+            }
+        }
+    }
+    Ok(ctx)
+}
+
+/// The table provider for one table of one recording.
+fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
+    let schema = files.table.schema();
+    if !files.dir.is_dir() {
+        return Ok(Arc::new(EmptyTable::new(schema)));
+    }
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(format!(".{}", layout::PARQUET_EXT));
+    let config = ListingTableConfig::new(dir_url(&files.dir)?)
+        .with_listing_options(options)
+        .with_schema(schema);
+    Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
+/// A `file://` URL of a directory, built from the path itself so that
+/// characters such as `*`, `[` or `#` in a directory name stay literal.
+fn dir_url(dir: &Path) -> Result<ListingTableUrl> {
+    let absolute = std::path::absolute(dir)?;
+    let url = url::Url::from_directory_path(&absolute).map_err(|()| {
+        DataFusionError::Plan(format!("{}: cannot be expressed as a URL", dir.display()))
+    })?;
+    ListingTableUrl::try_new(url, None)
+}
+
+/// The `host` value of each recording: the host name from its
+/// `recording.json`, or, where two recordings share a host name,
+/// `<host>/<directory name>`, numbered if even that repeats.
+pub fn host_labels(recordings: &[Recording]) -> Vec<String> {
+    let mut per_host: HashMap<&str, usize> = HashMap::new();
+    for rec in recordings {
+        *per_host.entry(rec.meta.host.as_str()).or_default() += 1;
+    }
+    let mut labels: Vec<String> = recordings
+        .iter()
+        .map(|rec| {
+            let host = rec.meta.host.as_str();
+            if per_host[host] == 1 {
+                return host.to_owned();
+            }
+            let name = std::path::absolute(&rec.dir)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| rec.dir.display().to_string());
+            format!("{host}/{name}")
+        })
+        .collect();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for label in &mut labels {
+        let n = seen.entry(label.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            label.push_str(&format!("#{n}"));
+        }
+    }
+    labels
+}
+
+/// The options every user query runs with: read-only, since a recording
+/// is evidence (no `CREATE`, `INSERT` or `COPY ... TO`).
+pub fn read_only() -> SQLOptions {
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+}
+
+/// A DataFusion error as the one line `hindsight` prints: its outermost
+/// message only, since that already quotes its sources (printing the chain
+/// repeats them), with line breaks ("Valid fields are ...") made spaces.
+pub fn one_line(err: DataFusionError) -> anyhow::Error {
+    let text = err.strip_backtrace();
+    anyhow::Error::msg(
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// Plans `sql` and streams its result.
+pub async fn query_stream(ctx: &SessionContext, sql: &str) -> Result<SendableRecordBatchStream> {
+    ctx.sql_with_options(sql, read_only())
+        .await?
+        .execute_stream()
+        .await
+}
+
+/// Runs `sql` and collects its result.
+pub async fn query_batches(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
+    ctx.sql_with_options(sql, read_only())
+        .await?
+        .collect()
+        .await
+}

@@ -1,0 +1,135 @@
+//! `hindsight`, the analyzer: SQL, reports and exports over recordings
+//! written by `hindsight-record`.
+//!
+//! Invariants:
+//! - Unprivileged and portable: it reads a copy of a recording directory as
+//!   any user. It knows nothing of BPF and does not depend on the recorder
+//!   crate; `hindsight_schemas` is the whole contract between the two.
+//! - Read-only: no command modifies a recording, and queries may not write.
+//! - Input is checked before it is used ([`recording`]): a directory that
+//!   is not a recording, a truncated chunk or a chunk from a newer schema
+//!   is one line naming the file, and exit code 2 ([`exit_code`]).
+//!
+//! Map:
+//! - [`cli`]: clap flags and their resolution into a [`cli::Config`].
+//! - [`recording`]: open and validate a recording directory from its
+//!   `recording.json` and Parquet footers; [`RecordingError`].
+//! - [`catalog`]: register recordings as DataFusion tables, run queries.
+//! - [`output`]: print results as a table, CSV or JSON lines.
+//! - [`info`]: the `info` command's summary.
+//!
+//! From other Rust code (reports, end-to-end tests):
+//! ```no_run
+//! # async fn example() -> Result<(), hindsight::Error> {
+//! let ctx = hindsight::open_context(&["rec".into()]).await?;
+//! let batches = hindsight::query_batches(&ctx, "SELECT count(*) FROM sched_switch").await?;
+//! # Ok(()) }
+//! ```
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionContext;
+
+pub mod catalog;
+pub mod cli;
+pub mod info;
+pub mod output;
+pub mod recording;
+
+pub use catalog::query_batches;
+pub use recording::{Recording, RecordingError};
+
+/// Why [`open_context`] failed: the input, or the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Recording(#[from] RecordingError),
+    #[error(transparent)]
+    Query(#[from] DataFusionError),
+}
+
+/// Validates `dirs` and returns a session with all their tables registered
+/// (with a `host` column when there are several), with the default
+/// partitions. See [`catalog::context_for`] to choose them.
+pub async fn open_context(dirs: &[PathBuf]) -> Result<SessionContext, Error> {
+    let recordings = recording::open_all(dirs)?;
+    Ok(catalog::context_for(
+        &recordings,
+        catalog::default_partitions(),
+    )?)
+}
+
+/// Runs one command line: the whole program after flag parsing.
+pub fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
+    let config = cli.resolve();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(execute(config))
+}
+
+async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
+    // Validate every input before the first byte of output.
+    match config.action {
+        cli::Action::Sql {
+            recordings,
+            query,
+            format,
+        } => {
+            let recordings = recording::open_all(&recordings)?;
+            let ctx =
+                catalog::context_for(&recordings, config.threads).map_err(catalog::one_line)?;
+            let stream = catalog::query_stream(&ctx, &query)
+                .await
+                .map_err(catalog::one_line)?;
+            output::write_stream(stream, format, BufWriter::new(io::stdout())).await?;
+        }
+        cli::Action::Info { recordings, json } => {
+            let recordings = recording::open_all(&recordings)?;
+            let mut out = BufWriter::new(io::stdout());
+            for (i, rec) in recordings.iter().enumerate() {
+                let summary = info::summarize(rec, config.threads).await?;
+                let written = if json {
+                    info::write_json(&summary, &mut out)
+                } else {
+                    if i > 0 {
+                        writeln!(out)?;
+                    }
+                    info::write_text(&summary, &mut out)
+                };
+                match written.and_then(|()| Ok(out.flush()?)) {
+                    Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                    other => other?,
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<io::Error>())
+        .any(|e| e.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// The exit code for an error `run` returned: 2 for input that is not a
+/// readable recording (like a usage error, the command cannot work on it),
+/// 1 for anything else, such as a query that does not plan.
+pub fn exit_code(err: &anyhow::Error) -> ExitCode {
+    let bad_input = err.chain().any(|e| {
+        e.downcast_ref::<RecordingError>().is_some()
+            || matches!(e.downcast_ref::<Error>(), Some(Error::Recording(_)))
+    });
+    if bad_input {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,229 @@
+//! Recordings in a temp dir: `recording.json` from `meta::RecordingMeta`,
+//! chunks as zstd Parquet with `layout::file_metadata`, rows written as
+//! JSON objects so that cases read as data.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampNanosecondArray,
+};
+use arrow::datatypes::Int32Type;
+use hindsight_schemas::meta::{RecordingMeta, Session, FORMAT};
+use hindsight_schemas::time::ClockOffset;
+use hindsight_schemas::{layout, ColumnType, Table, SCHEMA_VERSION};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// 2023-11-14T22:13:20Z, the start of every fixture.
+pub const BASE_NS: i64 = 1_700_000_000_000_000_000;
+
+/// `BASE_NS` plus `ms` milliseconds.
+pub fn t(ms: i64) -> i64 {
+    BASE_NS + ms * 1_000_000
+}
+
+/// A temp dir that holds any number of recordings; removed on drop.
+pub struct Fixture {
+    root: TempDir,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        Fixture {
+            root: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.root.path().join(name)
+    }
+
+    /// A recording directory `name` of `host` with one session, no chunks.
+    pub fn recording(&self, name: &str, host: &str) -> Rec {
+        let rec = Rec {
+            dir: self.path(name),
+            host: host.into(),
+        };
+        fs::create_dir_all(&rec.dir).unwrap();
+        rec.write_meta(&meta(host));
+        rec
+    }
+}
+
+/// One recording directory.
+pub struct Rec {
+    pub dir: PathBuf,
+    pub host: String,
+}
+
+impl Rec {
+    pub fn write_meta(&self, meta: &RecordingMeta) {
+        fs::write(self.dir.join(layout::RECORDING_FILE), meta.to_json()).unwrap();
+    }
+
+    /// Writes `rows` as the chunk `<table>/<file>` with the standard tags.
+    pub fn chunk(&self, table: &Table, file: &str, rows: &[Value]) -> PathBuf {
+        let tags = layout::file_metadata(table.name, &self.host, "boot-1", "0.1.0-test");
+        self.chunk_with_tags(table, file, rows, tags)
+    }
+
+    /// Like [`Rec::chunk`], with the key-value metadata given.
+    pub fn chunk_with_tags(
+        &self,
+        table: &Table,
+        file: &str,
+        rows: &[Value],
+        tags: Vec<(String, String)>,
+    ) -> PathBuf {
+        let dir = self.dir.join(table.name);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(file);
+        write_parquet(&path, &batch(table, rows), tags);
+        path
+    }
+
+    /// Creates the folder of `table` without any chunk.
+    pub fn empty_table(&self, table: &Table) {
+        fs::create_dir_all(self.dir.join(table.name)).unwrap();
+    }
+}
+
+pub fn meta(host: &str) -> RecordingMeta {
+    RecordingMeta {
+        format: FORMAT.into(),
+        schema_version: SCHEMA_VERSION,
+        host: host.into(),
+        sessions: vec![Session {
+            started: "2023-11-14T22:13:20Z".into(),
+            stopped: Some("2023-11-14T22:14:20Z".into()),
+            boot_id: "0123456789abcdef".into(),
+            kernel: "6.18.0-test".into(),
+            cpus: 2,
+            numa_nodes: 1,
+            recorder_version: "0.1.0-test".into(),
+            command_line: vec!["hindsight-record".into()],
+            events: vec!["sched".into()],
+            chunk_ns: 60_000_000_000,
+            clock_offsets: vec![ClockOffset {
+                at_boot_ns: 0,
+                offset_ns: BASE_NS,
+            }],
+            skipped_probes: vec!["sched:sched_stick_numa".into()],
+        }],
+    }
+}
+
+/// A batch of `table` from rows given as JSON objects keyed by column.
+/// Missing non-nullable columns take a zero value; `ts` is in UTC ns.
+pub fn batch(table: &Table, rows: &[Value]) -> RecordBatch {
+    let columns: Vec<ArrayRef> = table
+        .columns
+        .iter()
+        .map(|c| {
+            let values: Vec<Option<&Value>> = rows
+                .iter()
+                .map(|r| r.get(c.name).filter(|v| !v.is_null()))
+                .collect();
+            let array: ArrayRef = match c.kind {
+                ColumnType::Timestamp => Arc::new(
+                    TimestampNanosecondArray::from(
+                        values
+                            .iter()
+                            .map(|v| int(*v).or(Some(0).filter(|_| !c.nullable)))
+                            .collect::<Vec<_>>(),
+                    )
+                    .with_timezone("UTC"),
+                ),
+                ColumnType::Int32 => Arc::new(Int32Array::from(
+                    values
+                        .iter()
+                        .map(|v| {
+                            int(*v)
+                                .map(|i| i as i32)
+                                .or(Some(0).filter(|_| !c.nullable))
+                        })
+                        .collect::<Vec<_>>(),
+                )),
+                ColumnType::Int64 => Arc::new(Int64Array::from(
+                    values
+                        .iter()
+                        .map(|v| int(*v).or(Some(0).filter(|_| !c.nullable)))
+                        .collect::<Vec<_>>(),
+                )),
+                ColumnType::Bool => Arc::new(BooleanArray::from(
+                    values
+                        .iter()
+                        .map(|v| {
+                            v.map(|v| v.as_bool().expect("bool"))
+                                .or(Some(false).filter(|_| !c.nullable))
+                        })
+                        .collect::<Vec<_>>(),
+                )),
+                ColumnType::Name => Arc::new(
+                    values
+                        .iter()
+                        .map(|v| text(*v).or(Some("").filter(|_| !c.nullable)))
+                        .collect::<DictionaryArray<Int32Type>>(),
+                ),
+                ColumnType::Text => Arc::new(StringArray::from(
+                    values
+                        .iter()
+                        .map(|v| text(*v).or(Some("").filter(|_| !c.nullable)))
+                        .collect::<Vec<_>>(),
+                )),
+            };
+            array
+        })
+        .collect();
+    RecordBatch::try_new(table.schema(), columns).expect("rows match the schema")
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    v.map(|v| v.as_i64().expect("integer"))
+}
+
+fn text(v: Option<&Value>) -> Option<&str> {
+    v.map(|v| v.as_str().expect("string"))
+}
+
+/// A zstd Parquet file as the recorder writes one.
+pub fn write_parquet(path: &Path, batch: &RecordBatch, tags: Vec<(String, String)>) {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_key_value_metadata(Some(
+            tags.into_iter().map(|(k, v)| KeyValue::new(k, v)).collect(),
+        ))
+        .build();
+    let mut writer =
+        ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+}
+
+/// Runs the `hindsight` binary.
+pub fn hindsight<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(args)
+        .output()
+        .expect("runs hindsight")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}

@@ -1,0 +1,94 @@
+//! `info`: file, row and byte counts, time range and losses from footers.
+
+use hindsight::Recording;
+use hindsight_schemas::tables::LOSS;
+use serde_json::json;
+
+use crate::fixture::{hindsight, stdout, t, Fixture};
+use crate::sql::switches;
+
+#[test]
+fn counts_and_time_range_match_the_fixture() {
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "web1");
+    let summary = summarize(&rec.dir);
+    assert_eq!(summary.host, "web1");
+    assert_eq!(summary.kernel.as_deref(), Some("6.18.0-test"));
+    assert_eq!(summary.start.as_deref(), Some("2023-11-14T22:13:20Z"));
+    assert_eq!(summary.end.as_deref(), Some("2023-11-14T22:13:20.005Z"));
+    let tables: Vec<_> = summary
+        .tables
+        .iter()
+        .map(|t| (t.name.as_str(), t.files, t.rows))
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            ("sched_switch", 2, 6),
+            ("sched_wakeup", 0, 0),
+            ("process", 0, 0),
+            ("loss", 0, 0)
+        ]
+    );
+    let switch = &summary.tables[0];
+    assert!(switch.bytes > 0 && switch.bytes_per_row == Some(switch.bytes as f64 / 6.0));
+    assert_eq!(summary.lost, 0);
+    assert_eq!(summary.skipped_probes, ["sched:sched_stick_numa"]);
+
+    let out = hindsight(["info".as_ref(), rec.dir.as_os_str()]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for line in [
+        "host       web1",
+        "no events lost",
+        "time       2023-11-14T22:13:20Z .. 2023-11-14T22:13:20.005Z",
+    ] {
+        assert!(text.contains(line), "{line:?} not in\n{text}");
+    }
+}
+
+#[test]
+fn losses_are_summed_by_source() {
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "web1");
+    rec.chunk(
+        &LOSS,
+        "20231114T221320.000Z-000001.parquet",
+        &[
+            json!({"ts": t(10), "cpu": 0, "source": "ring_full:sched_switch", "lost": 5}),
+            json!({"ts": t(20), "cpu": 1, "source": "ring_full:sched_switch", "lost": 7}),
+            json!({"ts": t(20), "source": "late:counter", "lost": 1}),
+        ],
+    );
+    let summary = summarize(&rec.dir);
+    assert_eq!(summary.lost, 13);
+    let by_source: Vec<_> = summary
+        .lost_by_source
+        .iter()
+        .map(|l| (l.source.as_str(), l.lost))
+        .collect();
+    assert_eq!(
+        by_source,
+        [("ring_full:sched_switch", 12), ("late:counter", 1)]
+    );
+    assert_eq!(summary.end.as_deref(), Some("2023-11-14T22:13:20.020Z"));
+
+    let out = hindsight([
+        "info".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        rec.dir.as_os_str(),
+    ]);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(json["lost"], 13);
+    assert_eq!(json["tables"][3]["rows"], 3);
+}
+
+fn summarize(dir: &std::path::Path) -> hindsight::info::Summary {
+    let rec = Recording::open(dir).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(hindsight::info::summarize(&rec, 2))
+        .unwrap()
+}

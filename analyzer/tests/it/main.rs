@@ -1,0 +1,9 @@
+//! Integration tests of the analyzer, one binary: synthetic recordings
+//! written with the `schemas` definitions, read through the library API and
+//! the `hindsight` binary.
+
+mod errors; // bad input: exit code 2 and one line naming the file
+mod fixture; // temp-dir recordings built from rows given as JSON
+mod info; // `info`: counts, sizes, time range and losses from footers
+mod output; // the binary's formats, exit codes and closed pipes
+mod sql; // query results over one and several recordings

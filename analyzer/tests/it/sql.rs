@@ -1,0 +1,137 @@
+//! Query results over one and several recordings, through the library API.
+
+use std::path::PathBuf;
+
+use hindsight::output::{self, Format};
+use hindsight_schemas::tables::{LOSS, PROCESS, SCHED_SWITCH};
+use serde_json::json;
+
+use crate::fixture::{t, Fixture, Rec};
+
+/// A recording with two sched_switch chunks (six switches on two CPUs), an
+/// empty `process` folder, no `sched_wakeup` folder, and a hidden chunk
+/// still being written that must never be read.
+pub fn switches(fx: &Fixture, name: &str, host: &str) -> Rec {
+    let rec = fx.recording(name, host);
+    let sw = |ms, cpu, prev: (i32, &str, &str), next: (i32, &str)| {
+        json!({"ts": t(ms), "cpu": cpu, "prev_tid": prev.0, "prev_pid": prev.0, "prev_comm": prev.1,
+               "prev_state": prev.2, "prev_prio": 120, "next_tid": next.0, "next_pid": next.0,
+               "next_comm": next.1, "next_prio": 120})
+    };
+    rec.chunk(
+        &SCHED_SWITCH,
+        "20231114T221320.000Z-000001.parquet",
+        &[
+            sw(0, 0, (100, "bash", "S"), (200, "sleep")),
+            sw(1, 0, (200, "sleep", "S"), (0, "swapper/0")),
+            sw(2, 0, (0, "swapper/0", "R"), (100, "bash")),
+            sw(3, 0, (100, "bash", "R"), (300, "cc1")),
+        ],
+    );
+    rec.chunk(
+        &SCHED_SWITCH,
+        "20231114T221320.004Z-000002.parquet",
+        &[
+            sw(4, 1, (300, "cc1", "R"), (100, "bash")),
+            sw(5, 1, (100, "bash", "S"), (300, "cc1")),
+        ],
+    );
+    let hidden = rec.chunk(
+        &SCHED_SWITCH,
+        "hidden.parquet",
+        &[
+            sw(6, 1, (999, "ghost", "S"), (999, "ghost")),
+            sw(7, 1, (999, "ghost", "S"), (999, "ghost")),
+        ],
+    );
+    std::fs::rename(
+        &hidden,
+        hidden.with_file_name(".20231114T221320.006Z-000003.parquet.tmp"),
+    )
+    .unwrap();
+    rec.empty_table(&PROCESS);
+    rec.empty_table(&LOSS);
+    rec
+}
+
+/// Runs `sql` over `dirs` and returns the CSV the binary would print.
+pub fn query_csv(dirs: &[PathBuf], sql: &str) -> String {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let ctx = hindsight::open_context(dirs).await.unwrap();
+        let stream = hindsight::catalog::query_stream(&ctx, sql).await.unwrap();
+        let mut out = Vec::new();
+        output::write_stream(stream, Format::Csv, &mut out)
+            .await
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    })
+}
+
+#[test]
+fn one_recording() {
+    let fx = Fixture::new();
+    let dirs = [switches(&fx, "rec", "web1").dir];
+    let cases = [
+        (
+            "SELECT prev_tid, count(*) AS n FROM sched_switch GROUP BY prev_tid ORDER BY prev_tid",
+            "prev_tid,n\n0,1\n100,3\n200,1\n300,1\n",
+        ),
+        (
+            "SELECT prev_comm, count(*) AS n FROM sched_switch GROUP BY prev_comm ORDER BY n DESC, prev_comm",
+            "prev_comm,n\nbash,3\ncc1,1\nsleep,1\nswapper/0,1\n",
+        ),
+        (
+            "SELECT count(*) AS n FROM sched_switch WHERE ts >= TIMESTAMP '2023-11-14T22:13:20.003Z'",
+            "n\n3\n",
+        ),
+        (
+            "SELECT ts, next_comm FROM sched_switch WHERE ts < '2023-11-14T22:13:20.002Z' ORDER BY ts",
+            "ts,next_comm\n2023-11-14T22:13:20Z,sleep\n2023-11-14T22:13:20.001Z,swapper/0\n",
+        ),
+        (
+            // Zone-less values are UTC to DataFusion; other zones print in UTC.
+            "SELECT TIMESTAMP '2024-01-01T00:00:00.25' AS naive, \
+             arrow_cast(ts, 'Timestamp(Nanosecond, Some(\"Europe/Paris\"))') AS paris \
+             FROM sched_switch ORDER BY ts LIMIT 1",
+            "naive,paris\n2024-01-01T00:00:00.250Z,2023-11-14T22:13:20Z\n",
+        ),
+        ("SELECT count(*) AS n FROM sched_wakeup", "n\n0\n"),
+        ("SELECT count(*) AS n FROM process", "n\n0\n"),
+        ("SELECT source, lost FROM loss", "source,lost\n"),
+        ("SELECT count(*) AS n FROM sched_switch WHERE prev_comm = 'ghost'", "n\n0\n"),
+    ];
+    for (sql, expected) in cases {
+        assert_eq!(query_csv(&dirs, sql), expected, "{sql}");
+    }
+}
+
+#[test]
+fn several_recordings_gain_a_host_column() {
+    let fx = Fixture::new();
+    let web1 = switches(&fx, "a", "web1").dir;
+    let db1 = switches(&fx, "b", "db1").dir;
+    let sql = "SELECT host, count(*) AS n FROM sched_switch GROUP BY host ORDER BY host";
+    assert_eq!(
+        query_csv(&[web1.clone(), db1], sql),
+        "host,n\ndb1,6\nweb1,6\n"
+    );
+
+    // A second recording of the same host is told apart by its directory.
+    let again = switches(&fx, "c", "web1").dir;
+    assert_eq!(
+        query_csv(&[web1.clone(), again], sql),
+        "host,n\nweb1/a,6\nweb1/c,6\n"
+    );
+
+    // Empty tables union to empty tables, with the host column.
+    let sql = "SELECT * FROM sched_wakeup";
+    let header = query_csv(&[web1.clone(), fx.recording("d", "x").dir], sql);
+    assert_eq!(
+        header,
+        "ts,cpu,tid,pid,comm,target_cpu,waker_tid,waker_pid,new_task,prio,host\n"
+    );
+
+    // One recording has no host column.
+    assert!(!query_csv(&[web1], "SELECT * FROM sched_wakeup").contains("host"));
+}
