@@ -11,7 +11,7 @@ use thiserror::Error;
 use crate::{
     bpf::sched::types::{hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_wakeup},
     procfs::join_argv,
-    rows::{ProcessRow, ProcessRows, SchedSwitchRows, SchedWakeupRows},
+    rows::{AllRows, ProcessRow},
 };
 
 // SAFETY: the generated wire structs are repr(C), made only of integers and
@@ -38,14 +38,6 @@ pub enum DecodeError {
     Short { kind: u32, len: usize },
     #[error("record of unknown kind {0}")]
     UnknownKind(u32),
-}
-
-/// The rows the `sched` group fills.
-#[derive(Default)]
-pub struct SchedRows {
-    pub switch: SchedSwitchRows,
-    pub wakeup: SchedWakeupRows,
-    pub process: ProcessRows,
 }
 
 /// The table a kind of record lands in, for naming losses.
@@ -109,14 +101,14 @@ impl Decoder {
     }
 
     /// Appends one record to its table; returns its kind.
-    pub fn decode(&self, data: &[u8], rows: &mut SchedRows) -> Result<u32, DecodeError> {
+    pub fn decode(&self, data: &[u8], rows: &mut AllRows) -> Result<u32, DecodeError> {
         let header: &hs_header = record(data, 0)?;
         let kind = header.kind;
         let ts = self.offset.to_utc_ns(header.ts);
         match hs_kind(kind) {
             hs_kind::HS_KIND_SWITCH => {
                 let e: &hs_switch = record(data, kind)?;
-                let r = &mut rows.switch;
+                let r = &mut rows.sched_switch;
                 r.ts.append_value(ts);
                 r.cpu.append_value(header.cpu as i32);
                 r.prev_tid.append_value(e.prev_tid as i32);
@@ -135,7 +127,7 @@ impl Decoder {
             }
             hs_kind::HS_KIND_WAKEUP => {
                 let e: &hs_wakeup = record(data, kind)?;
-                let r = &mut rows.wakeup;
+                let r = &mut rows.sched_wakeup;
                 r.ts.append_value(ts);
                 r.cpu.append_value(header.cpu as i32);
                 r.tid.append_value(e.tid as i32);
@@ -266,10 +258,10 @@ mod tests {
             next_comm: comm("a-full-16-chars!"),
             ..Default::default()
         };
-        let mut rows = SchedRows::default();
+        let mut rows = AllRows::default();
         let kind = Decoder::new(OFFSET).decode(&bytes(&e), &mut rows).unwrap();
         assert_eq!(kind, 1);
-        let b = rows.switch.finish();
+        let b = rows.sched_switch.finish();
         assert_eq!(b.num_rows(), 1);
         let ints = [
             ("ts", 1_000_000_000_500),
@@ -347,7 +339,7 @@ mod tests {
             comm: comm("sleep"),
         };
         let decoder = Decoder::new(OFFSET);
-        let mut rows = SchedRows::default();
+        let mut rows = AllRows::default();
         for record in [bytes(&exec), bytes(&fork), bytes(&exit)] {
             decoder.decode(&record, &mut rows).unwrap();
         }
@@ -381,16 +373,16 @@ mod tests {
             comm: comm("w"),
             ..Default::default()
         };
-        let mut rows = SchedRows::default();
+        let mut rows = AllRows::default();
         Decoder::new(OFFSET).decode(&bytes(&e), &mut rows).unwrap();
-        let b = rows.wakeup.finish();
+        let b = rows.sched_wakeup.finish();
         assert!(b.column_by_name("new_task").unwrap().as_boolean().value(0));
         assert_eq!((int(&b, "target_cpu", 0), int(&b, "waker_pid", 0)), (1, 2));
     }
 
     #[test]
     fn short_and_unknown_records_are_errors_not_panics() {
-        let mut rows = SchedRows::default();
+        let mut rows = AllRows::default();
         let decoder = Decoder::new(OFFSET);
         assert_eq!(
             decoder.decode(&[0u8; 4], &mut rows),
@@ -406,6 +398,6 @@ mod tests {
             decoder.decode(&bytes(&h), &mut rows),
             Err(DecodeError::UnknownKind(99))
         );
-        assert!(rows.switch.is_empty());
+        assert!(rows.sched_switch.is_empty());
     }
 }

@@ -21,10 +21,10 @@ use crate::{
     bpf::{self, sched::types::hs_kind, TracepointCatalog},
     cli::Config,
     clock,
-    decode::{table_of_kind, Decoder, SchedRows},
+    decode::{table_of_kind, Decoder},
     procfs::Procfs,
     recording::Recording,
-    rows::{LossRows, ProcessRow},
+    rows::{AllRows, ProcessRow},
     sink::{FileStamp, TableSink},
 };
 
@@ -72,32 +72,25 @@ pub struct Summary {
 /// Everything the ring-buffer callback touches.
 struct Collector {
     decoder: Decoder,
-    rows: SchedRows,
-    loss: LossRows,
+    rows: AllRows,
     sinks: Vec<TableSink>,
     file_name: String,
     files: usize,
+    /// Records received from the kernel, for the recorder's own counters.
+    events: u64,
     /// The first write failure; the loop stops on it.
     failure: Option<anyhow::Error>,
     decode_errors: u64,
 }
 
 impl Collector {
-    fn sink(&mut self, table: &str) -> &mut TableSink {
-        self.sinks
-            .iter_mut()
-            .find(|s| s.table().name == table)
-            .expect("a sink per table")
-    }
-
     fn on_record(&mut self, data: &[u8]) -> i32 {
+        self.events += 1;
         match self.decoder.decode(data, &mut self.rows) {
             Ok(kind) => {
                 let table = table_of_kind(kind);
-                if self.pending(table) >= BATCH_ROWS {
-                    if let Err(e) = self.flush(table) {
-                        self.failure.get_or_insert(e);
-                    }
+                if let Err(e) = self.flush_if_full(table) {
+                    self.failure.get_or_insert(e);
                 }
             }
             Err(_) => self.decode_errors += 1,
@@ -109,33 +102,29 @@ impl Collector {
         }
     }
 
-    fn pending(&self, table: &str) -> usize {
-        match table {
-            "sched_switch" => self.rows.switch.len(),
-            "sched_wakeup" => self.rows.wakeup.len(),
-            "process" => self.rows.process.len(),
-            "loss" => self.loss.len(),
-            _ => 0,
+    /// Writes a table's rows once a batch is full: this bounds memory.
+    fn flush_if_full(&mut self, table: &str) -> anyhow::Result<()> {
+        if self.rows.get(table).is_some_and(|r| r.len() >= BATCH_ROWS) {
+            self.flush(table)?;
         }
+        Ok(())
     }
 
     /// Writes a table's buffered rows as one row group of the open chunk.
     fn flush(&mut self, table: &str) -> anyhow::Result<()> {
-        let batch = match table {
-            "sched_switch" => self.rows.switch.finish(),
-            "sched_wakeup" => self.rows.wakeup.finish(),
-            "process" => self.rows.process.finish(),
-            "loss" => self.loss.finish(),
-            _ => return Ok(()),
-        };
-        let name = self.file_name.clone();
-        self.sink(table).write(&batch, &name)
+        let Some(rows) = self.rows.get(table) else { return Ok(()) };
+        if rows.len() == 0 {
+            return Ok(());
+        }
+        let batch = rows.finish();
+        let sink = self.sinks.iter_mut().find(|s| s.table().name == table).expect("a sink per table");
+        sink.write(&batch, &self.file_name)
     }
 
     /// Flushes every table and closes the chunk's files.
     fn close_chunk(&mut self) -> anyhow::Result<()> {
-        for table in ["sched_switch", "sched_wakeup", "process", "loss"] {
-            self.flush(table)?;
+        for table in hindsight_schemas::TABLES {
+            self.flush(table.name)?;
         }
         for sink in &mut self.sinks {
             if sink.close_chunk()?.is_some() {
@@ -143,6 +132,10 @@ impl Collector {
             }
         }
         Ok(())
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.sinks.iter().map(|s| s.bytes_written).sum()
     }
 }
 
@@ -179,9 +172,7 @@ impl LossCounters {
                 last[cpu] = total;
                 if delta > 0 {
                     let source = format!("ring_full:{}", table_of_kind(kind));
-                    collector
-                        .loss
-                        .push(now, Some(cpu as i32), &source, delta as i64);
+                    collector.rows.loss.push(now, Some(cpu as i32), &source, delta as i64);
                     lost_now += delta;
                 }
             }
@@ -189,9 +180,7 @@ impl LossCounters {
         let decode_delta = collector.decode_errors - self.last_decode_errors;
         if decode_delta > 0 {
             self.last_decode_errors = collector.decode_errors;
-            collector
-                .loss
-                .push(now, None, "decode_error:unknown", decode_delta as i64);
+            collector.rows.loss.push(now, None, "decode_error:unknown", decode_delta as i64);
             lost_now += decode_delta;
         }
         Ok(lost_now)
@@ -211,7 +200,7 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
         events: config.events.clone(),
         chunk_ns: config.chunk.as_nanos() as u64,
         clock_offsets: Vec::new(),
-        skipped_probes: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -236,22 +225,16 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
     recording.save()?;
-    let tables = [
-        &hindsight_schemas::tables::SCHED_SWITCH,
-        &hindsight_schemas::tables::SCHED_WAKEUP,
-        &hindsight_schemas::tables::PROCESS,
-        &hindsight_schemas::tables::LOSS,
-    ];
-    let sinks = tables
-        .into_iter()
+    let sinks = hindsight_schemas::TABLES
+        .iter()
         .map(|t| TableSink::new(&recording.dir, t, &stamp))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut seq = 0u64;
     let collector = Rc::new(RefCell::new(Collector {
         decoder: Decoder::new(offset),
-        rows: SchedRows::default(),
-        loss: LossRows::new(),
+        rows: AllRows::default(),
         sinks,
+        events: 0,
         file_name: layout::chunk_file_name(clock::utc_now_ns(), seq),
         files: 0,
         failure: None,
@@ -378,7 +361,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             .iter()
             .map(|s| (s.table().name, s.rows_written))
             .collect(),
-        bytes: c.sinks.iter().map(|s| s.bytes_written).sum(),
+        bytes: c.bytes_written(),
         lost: lost_total,
         files: c.files,
     })

@@ -187,7 +187,7 @@ mod tests {
             events: vec!["sched".into()],
             chunk_ns: 1,
             clock_offsets: vec![],
-            skipped_probes: vec![],
+            ..Default::default()
         }
     }
 

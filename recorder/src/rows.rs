@@ -5,7 +5,7 @@
 use arrow::{
     array::{
         ArrayBuilder, ArrayRef, BooleanBuilder, Int32Builder, Int64Builder, StringBuilder,
-        StringDictionaryBuilder, TimestampNanosecondBuilder,
+        StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
     },
     datatypes::{Int32Type, SchemaRef},
     record_batch::RecordBatch,
@@ -13,6 +13,14 @@ use arrow::{
 use hindsight_schemas::{tables, Table};
 
 pub type NameBuilder = StringDictionaryBuilder<Int32Type>;
+
+/// Rows of one table waiting to be written, whatever the table.
+pub trait PendingRows {
+    fn table(&self) -> &'static Table;
+    fn len(&self) -> usize;
+    /// Takes the rows so far as a batch and leaves the builders empty.
+    fn finish(&mut self) -> RecordBatch;
+}
 
 fn timestamps() -> TimestampNanosecondBuilder {
     TimestampNanosecondBuilder::new().with_timezone("UTC")
@@ -59,6 +67,20 @@ macro_rules! table_rows {
         impl Default for $name {
             fn default() -> Self {
                 Self::new()
+            }
+        }
+
+        impl PendingRows for $name {
+            fn table(&self) -> &'static Table {
+                &$table
+            }
+
+            fn len(&self) -> usize {
+                $name::len(self)
+            }
+
+            fn finish(&mut self) -> RecordBatch {
+                $name::finish(self)
             }
         }
     };
@@ -117,6 +139,125 @@ table_rows! {
     lost: Int64Builder = Int64Builder::new(),
 }
 
+table_rows! {
+    /// Rows of `counter`.
+    CounterRows for tables::COUNTER;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    source: NameBuilder = NameBuilder::new(),
+    name: NameBuilder = NameBuilder::new(),
+    scope: NameBuilder = NameBuilder::new(),
+    value: Int64Builder = Int64Builder::new(),
+}
+
+table_rows! {
+    /// Rows of `task_stat`.
+    TaskStatRows for tables::TASK_STAT;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    pid: Int32Builder = Int32Builder::new(),
+    comm: NameBuilder = NameBuilder::new(),
+    state: NameBuilder = NameBuilder::new(),
+    utime_ns: Int64Builder = Int64Builder::new(),
+    stime_ns: Int64Builder = Int64Builder::new(),
+    minflt: Int64Builder = Int64Builder::new(),
+    majflt: Int64Builder = Int64Builder::new(),
+    rss_bytes: Int64Builder = Int64Builder::new(),
+    vsize_bytes: Int64Builder = Int64Builder::new(),
+    threads: Int32Builder = Int32Builder::new(),
+    nvcsw: Int64Builder = Int64Builder::new(),
+    nivcsw: Int64Builder = Int64Builder::new(),
+    read_bytes: Int64Builder = Int64Builder::new(),
+    write_bytes: Int64Builder = Int64Builder::new(),
+    cgroup: StringBuilder = StringBuilder::new(),
+    ppid: Int32Builder = Int32Builder::new(),
+    start_time_ns: Int64Builder = Int64Builder::new(),
+}
+
+table_rows! {
+    /// Rows of `page_fault`.
+    PageFaultRows for tables::PAGE_FAULT;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    cpu: Int32Builder = Int32Builder::new(),
+    tid: Int32Builder = Int32Builder::new(),
+    pid: Int32Builder = Int32Builder::new(),
+    address: UInt64Builder = UInt64Builder::new(),
+    ip: UInt64Builder = UInt64Builder::new(),
+    error_code: Int32Builder = Int32Builder::new(),
+    kernel: BooleanBuilder = BooleanBuilder::new(),
+    comm: NameBuilder = NameBuilder::new(),
+}
+
+table_rows! {
+    /// Rows of `numa_event`.
+    NumaEventRows for tables::NUMA_EVENT;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    kind: NameBuilder = NameBuilder::new(),
+    tid: Int32Builder = Int32Builder::new(),
+    pid: Int32Builder = Int32Builder::new(),
+    src_cpu: Int32Builder = Int32Builder::new(),
+    dst_cpu: Int32Builder = Int32Builder::new(),
+    src_nid: Int32Builder = Int32Builder::new(),
+    dst_nid: Int32Builder = Int32Builder::new(),
+    pages_succeeded: Int64Builder = Int64Builder::new(),
+    pages_failed: Int64Builder = Int64Builder::new(),
+    reason: NameBuilder = NameBuilder::new(),
+    comm: NameBuilder = NameBuilder::new(),
+}
+
+table_rows! {
+    /// Rows of `page_cache`.
+    PageCacheRows for tables::PAGE_CACHE;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    pid: Int32Builder = Int32Builder::new(),
+    comm: NameBuilder = NameBuilder::new(),
+    accesses: Int64Builder = Int64Builder::new(),
+    misses: Int64Builder = Int64Builder::new(),
+    dirtied: Int64Builder = Int64Builder::new(),
+}
+
+impl CounterRows {
+    pub fn push(&mut self, ts: i64, source: &str, name: &str, scope: Option<&str>, value: i64) {
+        self.ts.append_value(ts);
+        self.source.append_value(source);
+        self.name.append_value(name);
+        self.scope.append_option(scope);
+        self.value.append_value(value);
+    }
+}
+
+/// The rows of every table, waiting for their sinks.
+#[derive(Default)]
+pub struct AllRows {
+    pub sched_switch: SchedSwitchRows,
+    pub sched_wakeup: SchedWakeupRows,
+    pub process: ProcessRows,
+    pub counter: CounterRows,
+    pub task_stat: TaskStatRows,
+    pub page_fault: PageFaultRows,
+    pub numa_event: NumaEventRows,
+    pub page_cache: PageCacheRows,
+    pub loss: LossRows,
+}
+
+impl AllRows {
+    pub fn each(&mut self) -> [&mut dyn PendingRows; 9] {
+        [
+            &mut self.sched_switch,
+            &mut self.sched_wakeup,
+            &mut self.process,
+            &mut self.counter,
+            &mut self.task_stat,
+            &mut self.page_fault,
+            &mut self.numa_event,
+            &mut self.page_cache,
+            &mut self.loss,
+        ]
+    }
+
+    pub fn get(&mut self, table: &str) -> Option<&mut dyn PendingRows> {
+        self.each().into_iter().find(|rows| rows.table().name == table)
+    }
+}
+
 /// One `process` row; `event` is one of the documented names.
 pub struct ProcessRow<'a> {
     pub ts: i64,
@@ -151,33 +292,34 @@ impl LossRows {
     }
 }
 
-/// A finished batch of one table, ready for its sink.
-pub struct TableBatch {
-    pub table: &'static Table,
-    pub batch: RecordBatch,
-}
-
-impl TableBatch {
-    pub fn new(table: &'static Table, batch: RecordBatch) -> Self {
-        TableBatch { table, batch }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn builders_follow_schema_column_order() {
-        let cases: [(&Table, &[&str]); 4] = [
+        let cases: [(&Table, &[&str]); 9] = [
             (SchedSwitchRows::table(), SchedSwitchRows::COLUMNS),
             (SchedWakeupRows::table(), SchedWakeupRows::COLUMNS),
             (ProcessRows::table(), ProcessRows::COLUMNS),
+            (CounterRows::table(), CounterRows::COLUMNS),
+            (TaskStatRows::table(), TaskStatRows::COLUMNS),
+            (PageFaultRows::table(), PageFaultRows::COLUMNS),
+            (NumaEventRows::table(), NumaEventRows::COLUMNS),
+            (PageCacheRows::table(), PageCacheRows::COLUMNS),
             (LossRows::table(), LossRows::COLUMNS),
         ];
         for (table, columns) in cases {
             let names: Vec<_> = table.columns.iter().map(|c| c.name).collect();
             assert_eq!(names, columns, "{}", table.name);
+        }
+    }
+
+    #[test]
+    fn every_table_has_rows() {
+        let mut rows = AllRows::default();
+        for table in hindsight_schemas::TABLES {
+            assert!(rows.get(table.name).is_some(), "no rows for {}", table.name);
         }
     }
 

@@ -25,7 +25,7 @@ pub struct RecordingMeta {
 }
 
 /// One run of `hindsight-record`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Session {
     /// UTC, RFC 3339.
     pub started: String,
@@ -48,9 +48,36 @@ pub struct Session {
     pub chunk_ns: u64,
     /// Every boot-to-UTC offset used, one per chunk.
     pub clock_offsets: Vec<ClockOffset>,
+    /// USER_HZ: the unit of the CPU times in `/proc/stat` counters.
+    #[serde(default = "default_clock_ticks")]
+    pub clock_ticks_per_second: u32,
+    /// Page size in bytes.
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+    /// Counters interval, nanoseconds (0 when counters were not recorded).
+    #[serde(default)]
+    pub counter_interval_ns: u64,
+    /// Task snapshot interval, nanoseconds (0 when tasks were not recorded).
+    #[serde(default)]
+    pub task_interval_ns: u64,
+    /// One page fault in this many is recorded (1: every fault).
+    #[serde(default = "one")]
+    pub fault_sample: u32,
     /// Tracepoints that could not be attached on this kernel.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_probes: Vec<String>,
+}
+
+fn default_clock_ticks() -> u32 {
+    100
+}
+
+fn default_page_size() -> u32 {
+    4096
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl RecordingMeta {

@@ -19,6 +19,8 @@ pub enum ColumnType {
     Bool,
     Int32,
     Int64,
+    /// Addresses and other unsigned 64-bit values.
+    UInt64,
 }
 
 impl ColumnType {
@@ -32,6 +34,7 @@ impl ColumnType {
             ColumnType::Bool => DataType::Boolean,
             ColumnType::Int32 => DataType::Int32,
             ColumnType::Int64 => DataType::Int64,
+            ColumnType::UInt64 => DataType::UInt64,
         }
     }
 
@@ -44,6 +47,7 @@ impl ColumnType {
             ColumnType::Bool => "BOOLEAN",
             ColumnType::Int32 => "INT",
             ColumnType::Int64 => "BIGINT",
+            ColumnType::UInt64 => "BIGINT UNSIGNED",
         }
     }
 }
@@ -210,5 +214,124 @@ pub static LOSS: Table = Table {
     ],
 };
 
+pub static COUNTER: Table = Table {
+    name: "counter",
+    group: "counters",
+    doc: "System counters read every `--interval`, stored raw and cumulative exactly as the kernel printed them, one row per value \
+          (long form): the delta between two rows of the same (`source`, `name`, `scope`) is what happened in between. \
+          Sources and units: `vmstat` (/proc/vmstat; pages or events), `stat` (/proc/stat; CPU times in USER_HZ ticks, \
+          see `clock_ticks_per_second` in recording.json, scope `cpuN` or null for the total line; `ctxt`, `intr`, `processes` counts; \
+          `procs_running`, `procs_blocked` gauges), `meminfo` (/proc/meminfo; kB), `pressure` (/proc/pressure/*; \
+          `<resource>_some_total`/`<resource>_full_total` in microseconds), `node_vmstat` and `numastat` \
+          (/sys/devices/system/node/nodeN; pages or events, scope `nodeN`), and `recorder` (the recorder itself: \
+          `utime_us`, `stime_us` CPU time, `rss_kb` resident memory (a gauge), `events` received, `bytes_written` closed to disk, `lost` events).",
+    sort_key: &["source", "name", "scope", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "When the value was read."),
+        col("source", Name, "", "Where the value comes from: `vmstat`, `stat`, `meminfo`, `pressure`, `node_vmstat`, `numastat`, `recorder`."),
+        col("name", Name, "", "The kernel's name of the value, as in its file (`pgfault`, `MemFree`, `user`, ...)."),
+        nullable("scope", Name, "", "What the value is about when not system-wide: `cpu0`, `node1`; null for system-wide values."),
+        col("value", Int64, "see source", "The raw value; cumulative for counters, current for gauges."),
+    ],
+};
+
+pub static TASK_STAT: Table = Table {
+    name: "task_stat",
+    group: "tasks",
+    doc: "A snapshot of every process every `--task-interval`, read from /proc/<pid>/{stat,status,io,cgroup}: atop's \
+          process list without tracing anything. Cumulative columns (times, faults, switches, I/O) grow over a process's \
+          life; the delta between two snapshots of the same `pid` (and `start_time_ns`) is its activity in between.",
+    sort_key: &["pid", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "When the snapshot was taken."),
+        col("pid", Int32, "", "Process (kernel tgid)."),
+        col("comm", Name, "", "Process name."),
+        col("state", Name, "", "State letter from /proc/<pid>/stat (`R`, `S`, `D`, `Z`, ...)."),
+        col("utime_ns", Int64, "ns", "CPU time in user mode, all threads, cumulative."),
+        col("stime_ns", Int64, "ns", "CPU time in kernel mode, all threads, cumulative."),
+        col("minflt", Int64, "faults", "Minor page faults, all threads, cumulative."),
+        col("majflt", Int64, "faults", "Major page faults (needed I/O), all threads, cumulative."),
+        col("rss_bytes", Int64, "bytes", "Resident memory."),
+        col("vsize_bytes", Int64, "bytes", "Virtual memory size."),
+        col("threads", Int32, "", "Number of threads."),
+        col("nvcsw", Int64, "switches", "Voluntary context switches, summed over the live threads, cumulative."),
+        col("nivcsw", Int64, "switches", "Involuntary context switches, summed over the live threads, cumulative."),
+        nullable("read_bytes", Int64, "bytes", "Bytes read from storage (/proc/<pid>/io), cumulative; null where unreadable."),
+        nullable("write_bytes", Int64, "bytes", "Bytes written to storage, cumulative; null where unreadable."),
+        nullable("cgroup", Text, "", "The cgroup v2 path (/proc/<pid>/cgroup)."),
+        col("ppid", Int32, "", "Parent process."),
+        col("start_time_ns", Int64, "ns since boot", "When the process started, so a reused pid is told apart."),
+    ],
+};
+
+pub static PAGE_FAULT: Table = Table {
+    name: "page_fault",
+    group: "faults",
+    doc: "Page faults (`exceptions:page_fault_user`, `exceptions:page_fault_kernel`). With `--fault-sample N` one fault in N \
+          per CPU is recorded; the factor is in recording.json (`fault_sample`), so counts scale back by multiplying.",
+    sort_key: &["cpu", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("cpu", Int32, "", CPU_DOC),
+        col("tid", Int32, "", "Thread that faulted."),
+        col("pid", Int32, "", "Process that faulted."),
+        col("address", UInt64, "", "Faulting virtual address."),
+        col("ip", UInt64, "", "Instruction pointer at the fault."),
+        col("error_code", Int32, "", "x86 page-fault error code: bit 0 protection (vs not-present), 1 write, 2 user mode, 4 instruction fetch."),
+        col("kernel", Bool, "", "True when the fault happened in kernel mode (`page_fault_kernel`)."),
+        col("comm", Name, "", "Name of the thread that faulted."),
+    ],
+};
+
+pub static NUMA_EVENT: Table = Table {
+    name: "numa_event",
+    group: "numa",
+    doc: "NUMA balancing and page migration: tasks moved or swapped between nodes by the scheduler \
+          (`sched:sched_move_numa`, `sched_swap_numa`, `sched_stick_numa`) and pages migrated (`migrate:mm_migrate_pages`). \
+          Columns a kind has no value for are null.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("kind", Name, "", "`move_numa`, `swap_numa`, `stick_numa` or `migrate_pages`."),
+        nullable("tid", Int32, "", "Task moved (for `migrate_pages`, the task running the migration)."),
+        nullable("pid", Int32, "", "Process of `tid`."),
+        nullable("src_cpu", Int32, "", "CPU the task left."),
+        nullable("dst_cpu", Int32, "", "CPU the task went to (for `swap_numa`, the CPU of the swapped partner)."),
+        nullable("src_nid", Int32, "", "Node the task left."),
+        nullable("dst_nid", Int32, "", "Node the task went to."),
+        nullable("pages_succeeded", Int64, "pages", "Pages migrated (`migrate_pages`)."),
+        nullable("pages_failed", Int64, "pages", "Pages that failed to migrate (`migrate_pages`)."),
+        nullable("reason", Name, "", "Why pages were migrated (`numa_misplaced`, `compaction`, ...), as the kernel names it."),
+        nullable("comm", Name, "", "Name of `tid`."),
+    ],
+};
+
+pub static PAGE_CACHE: Table = Table {
+    name: "page_cache",
+    group: "cache",
+    doc: "Page-cache activity per process per `--interval`, counted in the kernel from `filemap` and `writeback` tracepoints \
+          and written as one row per process that touched the cache: `accesses - misses` are hits (BCC's cachetop, after the fact). \
+          All counts are in pages (a folio of order k counts 2^k pages).",
+    sort_key: &["pid", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "End of the interval."),
+        col("pid", Int32, "", "Process."),
+        col("comm", Name, "", "Name of the process's thread that last touched the cache in the interval."),
+        col("accesses", Int64, "pages", "Page-cache lookups (reads and faults that found or added a page)."),
+        col("misses", Int64, "pages", "Pages added to the page cache (read from storage)."),
+        col("dirtied", Int64, "pages", "Pages dirtied (to be written back)."),
+    ],
+};
+
 /// Every table, in the order the docs list them.
-pub static TABLES: &[&Table] = &[&SCHED_SWITCH, &SCHED_WAKEUP, &PROCESS, &LOSS];
+pub static TABLES: &[&Table] = &[
+    &SCHED_SWITCH,
+    &SCHED_WAKEUP,
+    &PROCESS,
+    &COUNTER,
+    &TASK_STAT,
+    &PAGE_FAULT,
+    &NUMA_EVENT,
+    &PAGE_CACHE,
+    &LOSS,
+];

@@ -117,6 +117,7 @@ pub fn meta(host: &str) -> RecordingMeta {
                 offset_ns: BASE_NS,
             }],
             skipped_probes: vec!["sched:sched_stick_numa".into()],
+            ..Default::default()
         }],
     }
 }
