@@ -26,8 +26,13 @@ enum hs_kind {
 	HS_KIND_EXEC = 3,
 	HS_KIND_FORK = 4,
 	HS_KIND_EXIT = 5,
+	HS_KIND_FAULT = 6,
+	HS_KIND_NUMA = 7,
+	/* Never a ring record: the loss-counter index of page-cache counts
+	 * dropped because the per-process map was full. */
+	HS_KIND_CACHE = 8,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 6,
+	HS_KIND_MAX = 9,
 };
 
 struct hs_header {
@@ -100,6 +105,73 @@ struct hs_exit {
 	__u32 ppid;
 	__s32 exit_code;	/* wait status: (code >> 8) exit status, (code & 0x7f) signal */
 	char comm[HS_COMM_LEN];
+};
+
+/* exceptions:page_fault_user and page_fault_kernel (x86), one in
+ * `fault_sample` per CPU. The faulting task is always `current`. */
+struct hs_fault {
+	struct hs_header h;
+	__u64 address;		/* faulting virtual address (cr2) */
+	__u64 ip;		/* regs->ip at the fault */
+	__u32 tid;
+	__u32 pid;
+	__u32 error_code;	/* x86 page-fault error code bits */
+	__u8 kernel;		/* 1 for page_fault_kernel */
+	__u8 pad[3];
+	char comm[HS_COMM_LEN];
+};
+
+/* Which NUMA event an hs_numa record is. */
+enum hs_numa_event {
+	HS_NUMA_MOVE = 1,	/* sched:sched_move_numa */
+	HS_NUMA_SWAP = 2,	/* sched:sched_swap_numa */
+	HS_NUMA_STICK = 3,	/* sched:sched_stick_numa */
+	HS_NUMA_MIGRATE = 4,	/* migrate:mm_migrate_pages */
+};
+
+/* The kernel's enum migrate_reason, renumbered by CO-RE in the BPF program
+ * so the wire value means the same on every kernel. */
+enum hs_migrate_reason {
+	HS_MR_UNKNOWN = 0,
+	HS_MR_COMPACTION = 1,
+	HS_MR_MEMORY_FAILURE = 2,
+	HS_MR_MEMORY_HOTPLUG = 3,
+	HS_MR_SYSCALL = 4,	/* printed by the kernel as syscall_or_cpuset */
+	HS_MR_MEMPOLICY_MBIND = 5,
+	HS_MR_NUMA_MISPLACED = 6,
+	HS_MR_CONTIG_RANGE = 7,
+	HS_MR_LONGTERM_PIN = 8,
+	HS_MR_DEMOTION = 9,
+	HS_MR_DAMON = 10,
+};
+
+/* sched:sched_{move,swap,stick}_numa and migrate:mm_migrate_pages.
+ * CPUs and nodes are -1 where the event has none (a stick with no partner). */
+struct hs_numa {
+	struct hs_header h;
+	__u32 event;		/* enum hs_numa_event */
+	__u32 tid;		/* the task moved; for migrate, current */
+	__u32 pid;
+	__s32 src_cpu;
+	__s32 dst_cpu;
+	__s32 src_nid;		/* cpu_to_node(src_cpu), read in the kernel */
+	__s32 dst_nid;
+	__u32 partner_tid;	/* swap/stick: the task on dst_cpu, 0 if none */
+	__u32 partner_pid;
+	__u32 reason;		/* migrate: enum hs_migrate_reason */
+	__u64 pages_succeeded;	/* migrate only */
+	__u64 pages_failed;
+	char comm[HS_COMM_LEN];	/* of tid */
+};
+
+/* The page-cache counters of one process (tgid) since the last drain: the
+ * value of the `cache` group's hash map, read by user space, never sent
+ * through a ring. Counts are pages (a folio of order k is 2^k pages). */
+struct hs_cache_counts {
+	__u64 accesses;		/* lookups: read ranges, mmap faults and fault-around */
+	__u64 misses;		/* pages added to the page cache */
+	__u64 dirtied;		/* pages newly dirtied */
+	char comm[HS_COMM_LEN];	/* the thread that last touched the cache */
 };
 
 #endif /* HINDSIGHT_EVENTS_H */

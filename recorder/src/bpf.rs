@@ -2,13 +2,13 @@
 //! per event group, with the checks that turn kernel refusals into one line
 //! that says what is needed.
 
-use std::mem::MaybeUninit;
+use std::{mem::MaybeUninit, path::Path};
 
 use anyhow::Context;
 use libbpf_rs::{
     btf::{Btf, BtfType},
     skel::{OpenSkel, Skel, SkelBuilder},
-    Link, OpenObject,
+    Link, MapCore, MapFlags, Object, OpenObject,
 };
 use thiserror::Error;
 
@@ -16,6 +16,24 @@ use thiserror::Error;
 pub mod sched {
     #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
+}
+
+/// The skeleton of `bpf/faults.bpf.c` (page faults).
+pub mod faults {
+    #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/faults.skel.rs"));
+}
+
+/// The skeleton of `bpf/numa.bpf.c` (NUMA task moves and page migrations).
+pub mod numa {
+    #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/numa.skel.rs"));
+}
+
+/// The skeleton of `bpf/cache.bpf.c` (page-cache counts per process).
+pub mod cache {
+    #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/cache.skel.rs"));
 }
 
 /// Names tracepoints a test wants treated as missing from this kernel, to
@@ -82,12 +100,122 @@ impl TracepointCatalog {
                 .type_by_name::<BtfType<'_>>(&format!("btf_trace_{tracepoint}"))
                 .is_some()
     }
+
+    /// How many arguments a tracepoint passes to a tp_btf program (its
+    /// `btf_trace_<name>` prototype minus the leading `void *`), when known.
+    pub fn arg_count(&self, tracepoint: &str) -> Option<usize> {
+        use libbpf_rs::{
+            btf::types::{FuncProto, Ptr, Typedef},
+            ReferencesType,
+        };
+        let typedef = self
+            .btf
+            .type_by_name::<Typedef<'_>>(&format!("btf_trace_{tracepoint}"))?;
+        let ptr = Ptr::try_from(typedef.referenced_type()).ok()?;
+        let proto = FuncProto::try_from(ptr.referenced_type()).ok()?;
+        proto.len().checked_sub(1)
+    }
 }
 
 /// The tracepoint a program of ours attaches to: programs are named
-/// `hs_<tracepoint>`.
+/// `hs_<tracepoint>`, or `hs_<tracepoint>__v<N>` for the variant written for
+/// a kernel whose tracepoint passes N arguments.
 pub fn tracepoint_of(program: &str) -> &str {
-    program.strip_prefix("hs_").unwrap_or(program)
+    split_variant(program).0
+}
+
+/// A program's tracepoint and, for a variant, the argument count it expects.
+fn split_variant(program: &str) -> (&str, Option<usize>) {
+    let name = program.strip_prefix("hs_").unwrap_or(program);
+    match name.rsplit_once("__v") {
+        Some((tracepoint, n)) => match n.parse() {
+            Ok(n) => (tracepoint, Some(n)),
+            Err(_) => (name, None),
+        },
+        None => (name, None),
+    }
+}
+
+/// The kernel's category of one of our tracepoints, for messages and
+/// `skipped_probes` (`sched:sched_switch`, `exceptions:page_fault_user`).
+pub fn tracepoint_category(tracepoint: &str) -> &'static str {
+    const CATEGORIES: &[(&str, &str)] = &[
+        ("sched_", "sched"),
+        ("page_fault_", "exceptions"),
+        ("mm_migrate_", "migrate"),
+        ("mm_filemap_", "filemap"),
+        ("writeback_", "writeback"),
+    ];
+    CATEGORIES
+        .iter()
+        .find(|(prefix, _)| tracepoint.starts_with(prefix))
+        .map_or("unknown", |(_, category)| category)
+}
+
+fn qualified(tracepoint: &str) -> String {
+    format!("{}:{tracepoint}", tracepoint_category(tracepoint))
+}
+
+/// Turns off the programs whose tracepoint this kernel lacks, warning once
+/// each, and the variants written for another argument list; returns the
+/// tracepoints left without a program as `category:name`.
+fn skip_missing(object: &mut OpenObject, catalog: &TracepointCatalog) -> Vec<String> {
+    let mut skipped = Vec::new();
+    let mut variants: Vec<(String, bool)> = Vec::new();
+    for mut prog in object.progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let (tracepoint, variant) = split_variant(&name);
+        let tp = qualified(tracepoint);
+        if !catalog.has(tracepoint) {
+            prog.set_autoload(false);
+            if !skipped.contains(&tp) {
+                eprintln!("hindsight-record: warning: tracepoint {tp} is missing on this kernel; recording without it");
+                skipped.push(tp);
+            }
+        } else if let Some(n) = variant {
+            let fits = catalog.arg_count(tracepoint) == Some(n);
+            prog.set_autoload(fits);
+            match variants.iter_mut().find(|(t, _)| *t == tp) {
+                Some((_, any)) => *any |= fits,
+                None => variants.push((tp, fits)),
+            }
+        }
+    }
+    for (tp, any) in variants {
+        if !any {
+            eprintln!("hindsight-record: warning: tracepoint {tp} has an argument list hindsight does not know on this kernel; recording without it");
+            skipped.push(tp);
+        }
+    }
+    skipped
+}
+
+/// Attaches every loaded program one by one; one that fails is reported in
+/// `skipped` and the rest keep recording. Fails only when none attached.
+fn attach_loaded(
+    group: &str,
+    object: &mut Object,
+    skipped: &mut Vec<String>,
+) -> anyhow::Result<Vec<Link>> {
+    let mut links = Vec::new();
+    for prog in object.progs_mut() {
+        if !prog.autoload() {
+            continue;
+        }
+        let name = prog.name().to_string_lossy().into_owned();
+        let tp = qualified(tracepoint_of(&name));
+        match prog.attach() {
+            Ok(link) => links.push(link),
+            Err(e) => {
+                eprintln!("hindsight-record: warning: attaching to {tp} failed ({e}); recording without it");
+                skipped.push(tp);
+            }
+        }
+    }
+    if links.is_empty() {
+        anyhow::bail!("no {group} tracepoint could be attached");
+    }
+    Ok(links)
 }
 
 /// The loaded `sched` group: its skeleton and the links that keep it attached.
@@ -112,38 +240,203 @@ pub fn load_sched<'obj>(
         .sched_events
         .set_max_entries(ring_size)
         .context("sizing the sched ring buffer")?;
-    let mut skipped = Vec::new();
-    for mut prog in open.open_object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let tracepoint = tracepoint_of(&name);
-        if !catalog.has(tracepoint) {
-            eprintln!("hindsight-record: warning: tracepoint sched:{tracepoint} is missing on this kernel; recording without it");
-            prog.set_autoload(false);
-            skipped.push(format!("sched:{tracepoint}"));
-        }
-    }
+    let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
         .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let tracepoint = tracepoint_of(&name);
-        if skipped.iter().any(|s| s.ends_with(tracepoint)) {
-            continue;
-        }
-        match prog.attach() {
-            Ok(link) => links.push(link),
-            Err(e) => {
-                eprintln!("hindsight-record: warning: attaching to sched:{tracepoint} failed ({e}); recording without it");
-                skipped.push(format!("sched:{tracepoint}"));
-            }
-        }
-    }
-    if links.is_empty() {
-        anyhow::bail!("no sched tracepoint could be attached");
-    }
+    let links = attach_loaded("sched", skel.object_mut(), &mut skipped)?;
     Ok(SchedProbes {
+        skel,
+        _links: links,
+        skipped,
+    })
+}
+
+/// The loaded `faults` group. Poll `skel.maps.fault_events` (ring buffer of
+/// `hs_fault` records) and read losses from `skel.maps.fault_lost`.
+pub struct FaultProbes<'obj> {
+    pub skel: faults::FaultsSkel<'obj>,
+    _links: Vec<Link>,
+    /// Tracepoints that were missing or refused to attach.
+    pub skipped: Vec<String>,
+    /// One fault in this many per CPU is recorded (1 = all).
+    pub fault_sample: u32,
+}
+
+/// Opens, loads and attaches the `faults` programs, recording one fault in
+/// `fault_sample` per CPU (0 is taken as 1).
+pub fn load_faults<'obj>(
+    object: &'obj mut MaybeUninit<OpenObject>,
+    ring_size: u32,
+    fault_sample: u32,
+    catalog: &TracepointCatalog,
+) -> anyhow::Result<FaultProbes<'obj>> {
+    let fault_sample = fault_sample.max(1);
+    let mut open = faults::FaultsSkelBuilder::default()
+        .open(object)
+        .context("opening the faults BPF object")?;
+    open.maps
+        .fault_events
+        .set_max_entries(ring_size)
+        .context("sizing the faults ring buffer")?;
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .context("the faults BPF object has no .rodata")?
+        .fault_sample = fault_sample;
+    let mut skipped = skip_missing(open.open_object_mut(), catalog);
+    let mut skel = open
+        .load()
+        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+    let links = attach_loaded("faults", skel.object_mut(), &mut skipped)?;
+    Ok(FaultProbes {
+        skel,
+        _links: links,
+        skipped,
+        fault_sample,
+    })
+}
+
+/// The loaded `numa` group. Poll `skel.maps.numa_events` (ring buffer of
+/// `hs_numa` records) and read losses from `skel.maps.numa_lost`.
+pub struct NumaProbes<'obj> {
+    pub skel: numa::NumaSkel<'obj>,
+    links: Vec<Link>,
+    /// Tracepoints that were missing or refused to attach.
+    pub skipped: Vec<String>,
+}
+
+impl NumaProbes<'_> {
+    /// How many programs are attached.
+    pub fn attached(&self) -> usize {
+        self.links.len()
+    }
+}
+
+/// Opens, loads and attaches the `numa` programs. These events are rare
+/// (none at all on a one-node machine), so the ring can be small.
+pub fn load_numa<'obj>(
+    object: &'obj mut MaybeUninit<OpenObject>,
+    ring_size: u32,
+    catalog: &TracepointCatalog,
+) -> anyhow::Result<NumaProbes<'obj>> {
+    let mut open = numa::NumaSkelBuilder::default()
+        .open(object)
+        .context("opening the numa BPF object")?;
+    open.maps
+        .numa_events
+        .set_max_entries(ring_size)
+        .context("sizing the numa ring buffer")?;
+    let cpu_nodes = cpu_nodes(Path::new(NODE_SYSFS));
+    open.maps
+        .numa_cpu_node
+        .set_max_entries(cpu_nodes.len().max(1) as u32)
+        .context("sizing the numa CPU-to-node map")?;
+    let mut skipped = skip_missing(open.open_object_mut(), catalog);
+    let mut skel = open
+        .load()
+        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+    for (cpu, node) in cpu_nodes.iter().enumerate() {
+        // Stored plus one: an entry left at 0 reads as unknown.
+        let value = node.map_or(0, |n| n + 1);
+        skel.maps
+            .numa_cpu_node
+            .update(
+                &(cpu as u32).to_ne_bytes(),
+                &value.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .context("filling the numa CPU-to-node map")?;
+    }
+    let links = attach_loaded("numa", skel.object_mut(), &mut skipped)?;
+    Ok(NumaProbes {
+        skel,
+        links,
+        skipped,
+    })
+}
+
+/// Where the kernel lists each NUMA node's CPUs (`node<N>/cpulist`).
+pub const NODE_SYSFS: &str = "/sys/devices/system/node";
+
+/// The node of every possible CPU, indexed by CPU, from `node<N>/cpulist`
+/// under `node_dir`. A kernel without NUMA has no such directory: every CPU
+/// is then on node 0, as its cpu_to_node() says. `None` is a CPU no node lists.
+pub fn cpu_nodes(node_dir: &Path) -> Vec<Option<u32>> {
+    let mut nodes: Vec<Option<u32>> = Vec::new();
+    let Ok(entries) = std::fs::read_dir(node_dir) else {
+        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .map(|l| parse_cpu_list(&l))
+            .unwrap_or_default();
+        return vec![Some(0); cpus.iter().max().map_or(1, |m| m + 1) as usize];
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(node) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let list = std::fs::read_to_string(entry.path().join("cpulist")).unwrap_or_default();
+        for cpu in parse_cpu_list(&list) {
+            if nodes.len() <= cpu as usize {
+                nodes.resize(cpu as usize + 1, None);
+            }
+            nodes[cpu as usize] = Some(node);
+        }
+    }
+    nodes
+}
+
+/// The CPUs of a kernel CPU list such as `0-3,8,10-11`; junk is ignored.
+pub fn parse_cpu_list(list: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(first), Ok(last)) = (first.trim().parse::<u32>(), last.trim().parse::<u32>()) {
+            cpus.extend(first..=last.min(first.saturating_add(65535)));
+        }
+    }
+    cpus
+}
+
+/// The loaded `cache` group: no ring; drain `skel.maps.cache_counts` with
+/// `cache::drain_page_cache` every interval. `skel.maps.cache_lost` counts
+/// updates dropped because the map was full.
+pub struct CacheProbes<'obj> {
+    pub skel: cache::CacheSkel<'obj>,
+    _links: Vec<Link>,
+    /// Tracepoints that were missing or refused to attach.
+    pub skipped: Vec<String>,
+}
+
+/// Opens, loads and attaches the `cache` programs.
+pub fn load_cache<'obj>(
+    object: &'obj mut MaybeUninit<OpenObject>,
+    catalog: &TracepointCatalog,
+) -> anyhow::Result<CacheProbes<'obj>> {
+    let mut open = cache::CacheSkelBuilder::default()
+        .open(object)
+        .context("opening the cache BPF object")?;
+    // SAFETY: sysconf has no preconditions.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .context("the cache BPF object has no .rodata")?
+        .page_shift = if page_size > 0 {
+        page_size.trailing_zeros()
+    } else {
+        12
+    };
+    let mut skipped = skip_missing(open.open_object_mut(), catalog);
+    let mut skel = open
+        .load()
+        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+    let links = attach_loaded("cache", skel.object_mut(), &mut skipped)?;
+    Ok(CacheProbes {
         skel,
         _links: links,
         skipped,
@@ -166,7 +459,60 @@ mod tests {
     }
 
     #[test]
+    fn cpu_lists_parse_like_the_kernel_prints_them() {
+        let cases: [(&str, &[u32]); 5] = [
+            ("0-3\n", &[0, 1, 2, 3]),
+            ("0,2,4-5", &[0, 2, 4, 5]),
+            ("", &[]),
+            ("\n", &[]),
+            ("7,x,9-8", &[7]),
+        ];
+        for (list, want) in cases {
+            assert_eq!(parse_cpu_list(list), want, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn cpu_nodes_come_from_each_node_cpulist() {
+        let dir = tempfile::tempdir().unwrap();
+        for (node, list) in [("node0", "0-1,4\n"), ("node1", "2-3\n")] {
+            std::fs::create_dir(dir.path().join(node)).unwrap();
+            std::fs::write(dir.path().join(node).join("cpulist"), list).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("power")).unwrap();
+        assert_eq!(
+            cpu_nodes(dir.path()),
+            [Some(0), Some(0), Some(1), Some(1), Some(0)]
+        );
+        // This machine: every CPU on a node.
+        let here = cpu_nodes(Path::new(NODE_SYSFS));
+        assert!(
+            !here.is_empty() && here.iter().all(|n| n.is_some()),
+            "{here:?}"
+        );
+    }
+
+    #[test]
     fn program_names_map_to_tracepoints() {
         assert_eq!(tracepoint_of("hs_sched_wakeup_new"), "sched_wakeup_new");
+        assert_eq!(
+            split_variant("hs_mm_migrate_pages__v8"),
+            ("mm_migrate_pages", Some(8))
+        );
+        assert_eq!(
+            split_variant("hs_page_fault_user"),
+            ("page_fault_user", None)
+        );
+        let cases = [
+            ("sched_wakeup_new", "sched:sched_wakeup_new"),
+            ("page_fault_user", "exceptions:page_fault_user"),
+            ("sched_swap_numa", "sched:sched_swap_numa"),
+            ("mm_migrate_pages", "migrate:mm_migrate_pages"),
+            ("mm_filemap_fault", "filemap:mm_filemap_fault"),
+            ("writeback_dirty_folio", "writeback:writeback_dirty_folio"),
+        ];
+        for (tracepoint, want) in cases {
+            assert_eq!(qualified(tracepoint), want);
+        }
     }
 }

@@ -9,7 +9,11 @@ use plain::Plain;
 use thiserror::Error;
 
 use crate::{
-    bpf::sched::types::{hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_wakeup},
+    bpf::{
+        faults::types::hs_fault,
+        numa::types::{hs_migrate_reason, hs_numa, hs_numa_event},
+        sched::types::{hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_wakeup},
+    },
     procfs::join_argv,
     rows::{AllRows, ProcessRow},
 };
@@ -22,6 +26,8 @@ unsafe impl Plain for hs_wakeup {}
 unsafe impl Plain for hs_fork {}
 unsafe impl Plain for hs_exec {}
 unsafe impl Plain for hs_exit {}
+unsafe impl Plain for hs_fault {}
+unsafe impl Plain for hs_numa {}
 
 // The layout the decoder was written against; a change to events.h that
 // moves these sizes must be looked at here too.
@@ -31,6 +37,8 @@ const _: () = assert!(size_of::<hs_wakeup>() == 64);
 const _: () = assert!(size_of::<hs_fork>() == 56);
 const _: () = assert!(size_of::<hs_exec>() == 312);
 const _: () = assert!(size_of::<hs_exit>() == 48);
+const _: () = assert!(size_of::<hs_fault>() == 64);
+const _: () = assert!(size_of::<hs_numa>() == 88);
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -38,6 +46,8 @@ pub enum DecodeError {
     Short { kind: u32, len: usize },
     #[error("record of unknown kind {0}")]
     UnknownKind(u32),
+    #[error("NUMA record of unknown event {0}")]
+    UnknownNumaEvent(u32),
 }
 
 /// The table a kind of record lands in, for naming losses.
@@ -46,6 +56,9 @@ pub fn table_of_kind(kind: u32) -> &'static str {
         hs_kind::HS_KIND_SWITCH => "sched_switch",
         hs_kind::HS_KIND_WAKEUP => "sched_wakeup",
         hs_kind::HS_KIND_EXEC | hs_kind::HS_KIND_FORK | hs_kind::HS_KIND_EXIT => "process",
+        hs_kind::HS_KIND_FAULT => "page_fault",
+        hs_kind::HS_KIND_NUMA => "numa_event",
+        hs_kind::HS_KIND_CACHE => "page_cache",
         _ => "unknown",
     }
 }
@@ -63,6 +76,42 @@ fn c_str(raw: &[i8]) -> std::borrow::Cow<'_, str> {
     let bytes = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), raw.len()) };
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end])
+}
+
+/// The `numa_event.kind` of an `hs_numa_event`.
+pub fn numa_kind_name(event: u32) -> Option<&'static str> {
+    Some(match hs_numa_event(event) {
+        hs_numa_event::HS_NUMA_MOVE => "move_numa",
+        hs_numa_event::HS_NUMA_SWAP => "swap_numa",
+        hs_numa_event::HS_NUMA_STICK => "stick_numa",
+        hs_numa_event::HS_NUMA_MIGRATE => "migrate_pages",
+        _ => return None,
+    })
+}
+
+/// The kernel's name for a migration reason, as `migrate:mm_migrate_pages`
+/// prints it (`MIGRATE_REASON` in include/trace/events/migrate.h). The BPF
+/// program has already renumbered the kernel's `enum migrate_reason` into
+/// our `hs_migrate_reason` with CO-RE, so this table holds on every kernel.
+pub fn migrate_reason_name(reason: u32) -> &'static str {
+    match hs_migrate_reason(reason) {
+        hs_migrate_reason::HS_MR_COMPACTION => "compaction",
+        hs_migrate_reason::HS_MR_MEMORY_FAILURE => "memory_failure",
+        hs_migrate_reason::HS_MR_MEMORY_HOTPLUG => "memory_hotplug",
+        hs_migrate_reason::HS_MR_SYSCALL => "syscall_or_cpuset",
+        hs_migrate_reason::HS_MR_MEMPOLICY_MBIND => "mempolicy_mbind",
+        hs_migrate_reason::HS_MR_NUMA_MISPLACED => "numa_misplaced",
+        hs_migrate_reason::HS_MR_CONTIG_RANGE => "contig_range",
+        hs_migrate_reason::HS_MR_LONGTERM_PIN => "longterm_pin",
+        hs_migrate_reason::HS_MR_DEMOTION => "demotion",
+        hs_migrate_reason::HS_MR_DAMON => "damon",
+        _ => "unknown",
+    }
+}
+
+/// A CPU or node number, null where the event has none (-1).
+fn non_negative(value: i32) -> Option<i32> {
+    (value >= 0).then_some(value)
 }
 
 /// The letter `ps` shows for the state a task blocked in, computed the way
@@ -184,6 +233,45 @@ impl Decoder {
                     exit_code: Some(e.exit_code),
                 });
             }
+            hs_kind::HS_KIND_FAULT => {
+                let e: &hs_fault = record(data, kind)?;
+                let r = &mut rows.page_fault;
+                r.ts.append_value(ts);
+                r.cpu.append_value(header.cpu as i32);
+                r.tid.append_value(e.tid as i32);
+                r.pid.append_value(e.pid as i32);
+                r.address.append_value(e.address);
+                r.ip.append_value(e.ip);
+                r.error_code.append_value(e.error_code as i32);
+                r.kernel.append_value(e.kernel != 0);
+                r.comm.append_value(c_str(&e.comm));
+            }
+            hs_kind::HS_KIND_NUMA => {
+                let e: &hs_numa = record(data, kind)?;
+                let name = numa_kind_name(e.event).ok_or(DecodeError::UnknownNumaEvent(e.event))?;
+                let migrate = hs_numa_event(e.event) == hs_numa_event::HS_NUMA_MIGRATE;
+                let r = &mut rows.numa_event;
+                r.ts.append_value(ts);
+                r.kind.append_value(name);
+                r.tid.append_value(e.tid as i32);
+                r.pid.append_value(e.pid as i32);
+                r.src_cpu.append_option(non_negative(e.src_cpu));
+                r.dst_cpu.append_option(non_negative(e.dst_cpu));
+                r.src_nid.append_option(non_negative(e.src_nid));
+                r.dst_nid.append_option(non_negative(e.dst_nid));
+                if migrate {
+                    r.pages_succeeded
+                        .append_value(i64::try_from(e.pages_succeeded).unwrap_or(i64::MAX));
+                    r.pages_failed
+                        .append_value(i64::try_from(e.pages_failed).unwrap_or(i64::MAX));
+                    r.reason.append_value(migrate_reason_name(e.reason));
+                } else {
+                    r.pages_succeeded.append_null();
+                    r.pages_failed.append_null();
+                    r.reason.append_null();
+                }
+                r.comm.append_value(c_str(&e.comm));
+            }
             _ => return Err(DecodeError::UnknownKind(kind)),
         }
         Ok(kind)
@@ -194,7 +282,7 @@ impl Decoder {
 mod tests {
     use arrow::{
         array::{Array, AsArray},
-        datatypes::{Int32Type, TimestampNanosecondType},
+        datatypes::{Int32Type, Int64Type, TimestampNanosecondType, UInt64Type},
         record_batch::RecordBatch,
     };
 
@@ -219,6 +307,15 @@ mod tests {
             kind: kind.0,
             cpu,
         }
+    }
+
+    // SAFETY: as above; each skeleton generates its own copy of the header.
+    unsafe impl Plain for crate::bpf::faults::types::hs_header {}
+    unsafe impl Plain for crate::bpf::numa::types::hs_header {}
+
+    /// The same header as another skeleton's generated type.
+    fn retype<H: Plain + Copy>(h: hs_header) -> H {
+        *plain::from_bytes::<H>(&bytes(&h)).unwrap()
     }
 
     fn text(batch: &RecordBatch, column: &str, row: usize) -> String {
@@ -378,6 +475,167 @@ mod tests {
         let b = rows.sched_wakeup.finish();
         assert!(b.column_by_name("new_task").unwrap().as_boolean().value(0));
         assert_eq!((int(&b, "target_cpu", 0), int(&b, "waker_pid", 0)), (1, 2));
+    }
+
+    #[test]
+    fn fault_record_becomes_a_page_fault_row() {
+        let e = hs_fault {
+            h: retype(header(hs_kind::HS_KIND_FAULT, 40, 1)),
+            address: 0x7f00_dead_b000,
+            ip: 0xffff_ffff_8100_0000,
+            tid: 12,
+            pid: 11,
+            error_code: 0x2,
+            kernel: 1,
+            comm: comm("faulter"),
+            ..Default::default()
+        };
+        let mut rows = AllRows::default();
+        let kind = Decoder::new(OFFSET).decode(&bytes(&e), &mut rows).unwrap();
+        assert_eq!(table_of_kind(kind), "page_fault");
+        let b = rows.page_fault.finish();
+        let u64s = |c: &str| {
+            b.column_by_name(c)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .value(0)
+        };
+        assert_eq!(
+            (u64s("address"), u64s("ip")),
+            (0x7f00_dead_b000, 0xffff_ffff_8100_0000)
+        );
+        let ints = [
+            ("ts", 1_000_000_000_040),
+            ("cpu", 1),
+            ("tid", 12),
+            ("pid", 11),
+            ("error_code", 2),
+        ];
+        for (column, want) in ints {
+            assert_eq!(int(&b, column, 0), want, "{column}");
+        }
+        assert!(b.column_by_name("kernel").unwrap().as_boolean().value(0));
+        assert_eq!(text(&b, "comm", 0), "faulter");
+    }
+
+    /// One `numa_event` row as text, nulls as `-`, in schema order after ts.
+    fn numa_row(b: &RecordBatch, row: usize) -> String {
+        let mut out = Vec::new();
+        for field in b.schema().fields().iter().skip(1) {
+            let col = b.column_by_name(field.name()).unwrap();
+            out.push(if col.is_null(row) {
+                "-".to_string()
+            } else if let Some(v) = col.as_primitive_opt::<Int64Type>() {
+                v.value(row).to_string()
+            } else if col.as_primitive_opt::<Int32Type>().is_some() {
+                int(b, field.name(), row).to_string()
+            } else {
+                text(b, field.name(), row)
+            });
+        }
+        out.join(" ")
+    }
+
+    #[test]
+    fn numa_records_fill_only_their_kind_columns() {
+        let task = |event: hs_numa_event, src_cpu, dst_cpu, src_nid, dst_nid| hs_numa {
+            h: retype(header(hs_kind::HS_KIND_NUMA, 1, 0)),
+            event: event.0,
+            tid: 31,
+            pid: 30,
+            src_cpu,
+            dst_cpu,
+            src_nid,
+            dst_nid,
+            partner_tid: 41,
+            partner_pid: 40,
+            comm: comm("worker"),
+            ..Default::default()
+        };
+        let migrate = |reason: hs_migrate_reason| hs_numa {
+            h: retype(header(hs_kind::HS_KIND_NUMA, 2, 1)),
+            event: hs_numa_event::HS_NUMA_MIGRATE.0,
+            tid: 50,
+            pid: 50,
+            src_cpu: -1,
+            dst_cpu: -1,
+            src_nid: -1,
+            dst_nid: -1,
+            reason: reason.0,
+            pages_succeeded: 512,
+            pages_failed: 3,
+            comm: comm("kcompactd0"),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                task(hs_numa_event::HS_NUMA_MOVE, 0, 5, 0, 1),
+                "move_numa 31 30 0 5 0 1 - - - worker",
+            ),
+            (
+                task(hs_numa_event::HS_NUMA_SWAP, 2, 6, 0, 1),
+                "swap_numa 31 30 2 6 0 1 - - - worker",
+            ),
+            // sched_stick_numa with no partner CPU (-1): no destination.
+            (
+                task(hs_numa_event::HS_NUMA_STICK, 3, -1, 1, -1),
+                "stick_numa 31 30 3 - 1 - - - - worker",
+            ),
+            (
+                migrate(hs_migrate_reason::HS_MR_NUMA_MISPLACED),
+                "migrate_pages 50 50 - - - - 512 3 numa_misplaced kcompactd0",
+            ),
+            (
+                migrate(hs_migrate_reason::HS_MR_SYSCALL),
+                "migrate_pages 50 50 - - - - 512 3 syscall_or_cpuset kcompactd0",
+            ),
+            (
+                migrate(hs_migrate_reason(77)),
+                "migrate_pages 50 50 - - - - 512 3 unknown kcompactd0",
+            ),
+        ];
+        let decoder = Decoder::new(OFFSET);
+        let mut rows = AllRows::default();
+        for (record, _) in &cases {
+            let kind = decoder.decode(&bytes(record), &mut rows).unwrap();
+            assert_eq!(table_of_kind(kind), "numa_event");
+        }
+        let b = rows.numa_event.finish();
+        for (row, (_, want)) in cases.iter().enumerate() {
+            assert_eq!(numa_row(&b, row), *want, "row {row}");
+        }
+        let bad = hs_numa {
+            h: retype(header(hs_kind::HS_KIND_NUMA, 1, 0)),
+            event: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            decoder.decode(&bytes(&bad), &mut rows),
+            Err(DecodeError::UnknownNumaEvent(9))
+        );
+        assert!(rows.numa_event.is_empty());
+    }
+
+    #[test]
+    fn every_migrate_reason_of_the_kernel_has_its_trace_name() {
+        let names: Vec<_> = (0..=11).map(migrate_reason_name).collect();
+        assert_eq!(
+            names,
+            [
+                "unknown",
+                "compaction",
+                "memory_failure",
+                "memory_hotplug",
+                "syscall_or_cpuset",
+                "mempolicy_mbind",
+                "numa_misplaced",
+                "contig_range",
+                "longterm_pin",
+                "demotion",
+                "damon",
+                "unknown"
+            ]
+        );
     }
 
     #[test]

@@ -18,14 +18,19 @@
 //! [`rows`] builders → [`sink`] → Parquet, driven by [`recorder`].
 
 pub mod bpf;
+pub mod cache;
 pub mod cli;
 pub mod clock;
+pub mod counters;
 pub mod decode;
+#[cfg(test)]
+mod kernel_tests;
 pub mod procfs;
 pub mod recorder;
 pub mod recording;
 pub mod rows;
 pub mod sink;
+pub mod tasks;
 
 use std::process::ExitCode;
 

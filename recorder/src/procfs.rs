@@ -3,6 +3,7 @@
 
 use std::{
     fs,
+    io::{self, Read},
     path::{Path, PathBuf},
 };
 
@@ -46,6 +47,16 @@ impl Procfs {
             proc_root: proc_root.into(),
             sys_root: sys_root.into(),
         }
+    }
+
+    /// The `/proc` root (`/proc` on the live machine).
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+
+    /// The `/sys` root (`/sys` on the live machine).
+    pub fn sys_root(&self) -> &Path {
+        &self.sys_root
     }
 
     fn read_trimmed(&self, path: &Path) -> Option<String> {
@@ -150,6 +161,38 @@ pub fn count_cpu_list(list: &str) -> Option<u32> {
 pub fn parse_stat_ppid(stat: &str) -> Option<i32> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `/proc/<pid>/stat` split into the comm (between the first `(` and the
+/// last `)`, so it may hold spaces and parentheses) and the fields after it,
+/// starting with the state letter.
+pub fn split_stat(stat: &str) -> Option<(&str, &str)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    Some((stat.get(open + 1..close)?, &stat[close + 1..]))
+}
+
+/// Replaces `buf`'s contents with the file at `path`, keeping its capacity,
+/// so a reader that calls this every round does not allocate.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    fs::File::open(path)?.read_to_end(buf).map(drop)
+}
+
+/// USER_HZ, the unit of CPU times in `/proc` (`sysconf(_SC_CLK_TCK)`; 100
+/// where it cannot be read).
+pub fn clock_ticks_per_second() -> u32 {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u32::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+/// The page size in bytes, the unit of `rss` in `/proc/<pid>/stat`
+/// (`sysconf(_SC_PAGESIZE)`; 4096 where it cannot be read).
+pub fn page_size() -> u32 {
+    // SAFETY: sysconf only reads a configuration value.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
 /// NUL-separated argv as one line, arguments separated by spaces; `None`

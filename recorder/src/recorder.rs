@@ -19,13 +19,16 @@ use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 use crate::{
     bpf::{self, sched::types::hs_kind, TracepointCatalog},
+    cache::drain_page_cache,
     cli::Config,
     clock,
+    counters::CounterReader,
     decode::{table_of_kind, Decoder},
-    procfs::Procfs,
+    procfs::{clock_ticks_per_second, page_size, Procfs},
     recording::Recording,
     rows::{AllRows, ProcessRow},
     sink::{FileStamp, TableSink},
+    tasks::TaskReader,
 };
 
 /// Longest the loop sleeps before it drains the ring and checks the clock and signals.
@@ -35,6 +38,8 @@ const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they are written as one row group:
 /// bounds the recorder's memory (about 60 bytes a row) whatever the event rate.
 pub const BATCH_ROWS: usize = 128 * 1024;
+/// NUMA moves and migrations are rare; their ring needs little room.
+const NUMA_RING_SIZE: u32 = 256 << 10;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static ROTATE: AtomicBool = AtomicBool::new(false);
@@ -112,12 +117,18 @@ impl Collector {
 
     /// Writes a table's buffered rows as one row group of the open chunk.
     fn flush(&mut self, table: &str) -> anyhow::Result<()> {
-        let Some(rows) = self.rows.get(table) else { return Ok(()) };
-        if rows.len() == 0 {
+        let Some(rows) = self.rows.get(table) else {
+            return Ok(());
+        };
+        if rows.is_empty() {
             return Ok(());
         }
         let batch = rows.finish();
-        let sink = self.sinks.iter_mut().find(|s| s.table().name == table).expect("a sink per table");
+        let sink = self
+            .sinks
+            .iter_mut()
+            .find(|s| s.table().name == table)
+            .expect("a sink per table");
         sink.write(&batch, &self.file_name)
     }
 
@@ -139,52 +150,172 @@ impl Collector {
     }
 }
 
-/// Per-CPU ring-full counters, read as deltas since the last reading.
+/// Per-CPU ring-full counters of every loaded group, read as deltas
+/// since the last reading.
 struct LossCounters {
-    last: Vec<Vec<u64>>,
+    /// Last totals, per (lost map, kind), per CPU.
+    last: Vec<Vec<Vec<u64>>>,
     last_decode_errors: u64,
 }
 
 impl LossCounters {
     fn new() -> Self {
         LossCounters {
-            last: vec![Vec::new(); hs_kind::HS_KIND_MAX.0 as usize],
+            last: Vec::new(),
             last_decode_errors: 0,
         }
     }
 
-    fn read(&mut self, map: &dyn MapCore, collector: &mut Collector) -> anyhow::Result<u64> {
+    fn read(&mut self, maps: &[&dyn MapCore], collector: &mut Collector) -> anyhow::Result<u64> {
         let now = clock::utc_now_ns();
+        let kinds = hs_kind::HS_KIND_MAX.0 as usize;
+        self.last
+            .resize_with(maps.len(), || vec![Vec::new(); kinds]);
         let mut lost_now = 0;
-        for kind in 1..hs_kind::HS_KIND_MAX.0 {
-            let per_cpu = map
-                .lookup_percpu(&kind.to_ne_bytes(), MapFlags::ANY)
-                .context("reading BPF loss counters")?
-                .unwrap_or_default();
-            let last = &mut self.last[kind as usize];
-            last.resize(per_cpu.len(), 0);
-            for (cpu, value) in per_cpu.iter().enumerate() {
-                let total = value
-                    .get(..8)
-                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-                    .unwrap_or(0);
-                let delta = total.saturating_sub(last[cpu]);
-                last[cpu] = total;
-                if delta > 0 {
-                    let source = format!("ring_full:{}", table_of_kind(kind));
-                    collector.rows.loss.push(now, Some(cpu as i32), &source, delta as i64);
-                    lost_now += delta;
+        for (map, last_of_map) in maps.iter().zip(&mut self.last) {
+            for kind in 1..kinds as u32 {
+                let per_cpu = map
+                    .lookup_percpu(&kind.to_ne_bytes(), MapFlags::ANY)
+                    .context("reading BPF loss counters")?
+                    .unwrap_or_default();
+                let last = &mut last_of_map[kind as usize];
+                last.resize(per_cpu.len(), 0);
+                for (cpu, value) in per_cpu.iter().enumerate() {
+                    let total = value
+                        .get(..8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                        .unwrap_or(0);
+                    let delta = total.saturating_sub(last[cpu]);
+                    last[cpu] = total;
+                    if delta > 0 {
+                        // The cache group aggregates in a map, not a ring: its losses are a full map.
+                        let cause = if kind == hs_kind::HS_KIND_CACHE.0 {
+                            "map_full"
+                        } else {
+                            "ring_full"
+                        };
+                        let source = format!("{cause}:{}", table_of_kind(kind));
+                        collector
+                            .rows
+                            .loss
+                            .push(now, Some(cpu as i32), &source, delta as i64);
+                        lost_now += delta;
+                    }
                 }
             }
         }
         let decode_delta = collector.decode_errors - self.last_decode_errors;
         if decode_delta > 0 {
             self.last_decode_errors = collector.decode_errors;
-            collector.rows.loss.push(now, None, "decode_error:unknown", decode_delta as i64);
+            collector
+                .rows
+                .loss
+                .push(now, None, "decode_error:unknown", decode_delta as i64);
             lost_now += decode_delta;
         }
         Ok(lost_now)
     }
+}
+
+/// Readers of /proc and /sys that run on a timer, and the recorder's own
+/// counters, which ride along with the system counters.
+struct Periodic {
+    counters: Option<(CounterReader, Duration, Instant)>,
+    tasks: Option<(TaskReader, Duration, Instant)>,
+    /// Drains the kernel's per-process page-cache totals (`cache` group).
+    page_cache: Option<(Duration, Instant)>,
+}
+
+impl Periodic {
+    fn new(config: &Config, procfs: &Procfs, start: Instant) -> Self {
+        let wants = |group: &str| config.events.iter().any(|e| e == group);
+        Periodic {
+            counters: wants("counters")
+                .then(|| (CounterReader::new(procfs), config.interval, start)),
+            tasks: wants("tasks").then(|| {
+                let reader = TaskReader::new(procfs, clock_ticks_per_second(), page_size());
+                (reader, config.task_interval, start)
+            }),
+            page_cache: wants("cache").then_some((config.interval, start + config.interval)),
+        }
+    }
+
+    /// Reads whatever is due (everything when `force`, to bound the end of
+    /// the recording with a final sample).
+    fn run_due(
+        &mut self,
+        now: Instant,
+        force: bool,
+        c: &mut Collector,
+        lost_total: u64,
+        cache_counts: Option<&dyn MapCore>,
+    ) -> anyhow::Result<()> {
+        let ts = clock::utc_now_ns();
+        if let (Some((every, next)), Some(map)) = (&mut self.page_cache, cache_counts) {
+            if force || now >= *next {
+                *next = next_tick(*next, *every, now);
+                drain_page_cache(map, ts, &mut c.rows.page_cache)?;
+                c.flush_if_full("page_cache")?;
+            }
+        }
+        if let Some((reader, every, next)) = &mut self.counters {
+            if force || now >= *next {
+                *next = next_tick(*next, *every, now);
+                reader.read_round(ts, &mut c.rows.counter);
+                push_self_counters(ts, c, lost_total);
+                c.flush_if_full("counter")?;
+            }
+        }
+        if let Some((reader, every, next)) = &mut self.tasks {
+            if force || now >= *next {
+                *next = next_tick(*next, *every, now);
+                reader.snapshot_timed(&clock::utc_now_ns, &mut c.rows.task_stat);
+                c.flush_if_full("task_stat")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The next deadline on a fixed grid, skipping ticks that were missed
+/// rather than bunching them up after a stall.
+fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
+    let mut next = previous + every;
+    while next <= now {
+        next += every;
+    }
+    next
+}
+
+/// The recorder's own cost, recorded like any other source.
+fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
+    // SAFETY: getrusage fills the struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let micros = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    let rss_kb = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<i64>().ok())
+        })
+        .map_or(0, |pages| pages * page_size() as i64 / 1024);
+    let values = [
+        ("utime_us", micros(usage.ru_utime)),
+        ("stime_us", micros(usage.ru_stime)),
+        ("rss_kb", rss_kb),
+        ("events", c.events as i64),
+        ("bytes_written", c.bytes_written() as i64),
+        ("lost", lost_total as i64),
+    ];
+    for (name, value) in values {
+        c.rows.counter.push(ts, "recorder", name, None, value);
+    }
+}
+
+fn wants(config: &Config, group: &str) -> bool {
+    config.events.iter().any(|e| e == group)
 }
 
 fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
@@ -200,15 +331,34 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
         events: config.events.clone(),
         chunk_ns: config.chunk.as_nanos() as u64,
         clock_offsets: Vec::new(),
+        clock_ticks_per_second: clock_ticks_per_second(),
+        page_size: page_size(),
+        counter_interval_ns: if wants(config, "counters") {
+            config.interval.as_nanos() as u64
+        } else {
+            0
+        },
+        task_interval_ns: if wants(config, "tasks") {
+            config.task_interval.as_nanos() as u64
+        } else {
+            0
+        },
+        fault_sample: config.fault_sample,
         ..Default::default()
     }
 }
 
 /// Records until the duration ends or a signal arrives.
 pub fn record(config: &Config) -> anyhow::Result<Summary> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    bpf::check_privileges(&status)?;
-    let catalog = TracepointCatalog::load()?;
+    let bpf_groups = ["sched", "faults", "numa", "cache"];
+    let uses_bpf = bpf_groups.iter().any(|g| wants(config, g));
+    let catalog = if uses_bpf {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        bpf::check_privileges(&status)?;
+        Some(TracepointCatalog::load()?)
+    } else {
+        None
+    };
     let procfs = Procfs::default();
     let host = procfs.host_info();
     let mut recording = Recording::open(&config.output, &host.host, session(config, &host))?;
@@ -218,9 +368,41 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         recorder_version: env!("CARGO_PKG_VERSION").into(),
     };
 
-    let mut object = MaybeUninit::uninit();
-    let probes = bpf::load_sched(&mut object, config.ring_size, &catalog)?;
-    recording.session_mut().skipped_probes = probes.skipped.clone();
+    let mut sched_object = MaybeUninit::uninit();
+    let sched = match (&catalog, wants(config, "sched")) {
+        (Some(catalog), true) => Some(bpf::load_sched(
+            &mut sched_object,
+            config.ring_size,
+            catalog,
+        )?),
+        _ => None,
+    };
+    let mut faults_object = MaybeUninit::uninit();
+    let faults = match (&catalog, wants(config, "faults")) {
+        (Some(catalog), true) => Some(bpf::load_faults(
+            &mut faults_object,
+            config.ring_size,
+            config.fault_sample,
+            catalog,
+        )?),
+        _ => None,
+    };
+    let mut numa_object = MaybeUninit::uninit();
+    let numa = match (&catalog, wants(config, "numa")) {
+        (Some(catalog), true) => Some(bpf::load_numa(&mut numa_object, NUMA_RING_SIZE, catalog)?),
+        _ => None,
+    };
+    let mut cache_object = MaybeUninit::uninit();
+    let cache = match (&catalog, wants(config, "cache")) {
+        (Some(catalog), true) => Some(bpf::load_cache(&mut cache_object, catalog)?),
+        _ => None,
+    };
+    let mut skipped = Vec::new();
+    skipped.extend(sched.iter().flat_map(|p| p.skipped.iter().cloned()));
+    skipped.extend(faults.iter().flat_map(|p| p.skipped.iter().cloned()));
+    skipped.extend(numa.iter().flat_map(|p| p.skipped.iter().cloned()));
+    skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
+    recording.session_mut().skipped_probes = skipped;
 
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
@@ -260,14 +442,41 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
     }
 
-    let mut builder = RingBufferBuilder::new();
-    let callback_collector = Rc::clone(&collector);
-    builder
-        .add(&probes.skel.maps.sched_events, move |data: &[u8]| {
-            callback_collector.borrow_mut().on_record(data)
-        })
-        .context("setting up the ring buffer")?;
-    let ring = builder.build().context("setting up the ring buffer")?;
+    // One epoll over every group's ring; each record says its own kind.
+    let mut rings: Vec<&dyn MapCore> = Vec::new();
+    let mut lost_maps: Vec<&dyn MapCore> = Vec::new();
+    if let Some(p) = &sched {
+        rings.push(&p.skel.maps.sched_events);
+        lost_maps.push(&p.skel.maps.sched_lost);
+    }
+    if let Some(p) = &faults {
+        rings.push(&p.skel.maps.fault_events);
+        lost_maps.push(&p.skel.maps.fault_lost);
+    }
+    if let Some(p) = &numa {
+        rings.push(&p.skel.maps.numa_events);
+        lost_maps.push(&p.skel.maps.numa_lost);
+    }
+    if let Some(p) = &cache {
+        lost_maps.push(&p.skel.maps.cache_lost);
+    }
+    let cache_counts: Option<&dyn MapCore> = cache
+        .as_ref()
+        .map(|p| &p.skel.maps.cache_counts as &dyn MapCore);
+    let ring = if rings.is_empty() {
+        None
+    } else {
+        let mut builder = RingBufferBuilder::new();
+        for map in rings {
+            let callback_collector = Rc::clone(&collector);
+            builder
+                .add(map, move |data: &[u8]| {
+                    callback_collector.borrow_mut().on_record(data)
+                })
+                .context("setting up the ring buffer")?;
+        }
+        Some(builder.build().context("setting up the ring buffer")?)
+    };
 
     install_signal_handlers();
     eprintln!(
@@ -281,6 +490,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     );
 
     let started = Instant::now();
+    let mut periodic = Periodic::new(config, &procfs, started);
     let deadline = config.duration.map(|d| started + d);
     let mut chunk_deadline = started + config.chunk;
     let mut next_loss_read = started + LOSS_INTERVAL;
@@ -291,10 +501,20 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     loop {
         // The BPF side wakes us only when the ring fills up; otherwise the
         // poll times out and we drain what accumulated.
-        let mut polled = ring.poll_raw(POLL_INTERVAL);
-        if polled >= 0 || polled == -libc::EINTR {
-            polled = ring.consume_raw();
-        }
+        let polled = match &ring {
+            Some(ring) => {
+                let polled = ring.poll_raw(POLL_INTERVAL);
+                if polled >= 0 || polled == -libc::EINTR {
+                    ring.consume_raw()
+                } else {
+                    polled
+                }
+            }
+            None => {
+                std::thread::sleep(POLL_INTERVAL);
+                0
+            }
+        };
         if let Some(e) = collector.borrow_mut().failure.take() {
             failure = Some(e);
             break;
@@ -313,10 +533,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         let mut c = collector.borrow_mut();
         if now >= next_loss_read {
             next_loss_read = now + LOSS_INTERVAL;
-            match losses.read(&probes.skel.maps.sched_lost, &mut c) {
+            match losses.read(&lost_maps, &mut c) {
                 Ok(n) => lost_total += n,
                 Err(e) => eprintln!("hindsight-record: warning: {e:#}"),
             }
+        }
+        if let Err(e) = periodic.run_due(now, false, &mut c, lost_total, cache_counts) {
+            failure = Some(e);
+            break;
         }
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
@@ -339,13 +563,19 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
 
     // Drain what the kernel already handed over, then close everything: a
     // stop never leaves a half-written file behind.
-    if failure.is_none() {
+    if let (None, Some(ring)) = (&failure, &ring) {
         let _ = ring.consume_raw();
     }
     drop(ring);
     let mut c = collector.borrow_mut();
-    if let Ok(n) = losses.read(&probes.skel.maps.sched_lost, &mut c) {
+    if let Ok(n) = losses.read(&lost_maps, &mut c) {
         lost_total += n;
+    }
+    if failure.is_none() {
+        // A last sample bounds the end of the recording for interval deltas.
+        if let Err(e) = periodic.run_due(Instant::now(), true, &mut c, lost_total, cache_counts) {
+            failure = Some(e);
+        }
     }
     let closed = c.close_chunk();
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));

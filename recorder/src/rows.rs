@@ -18,6 +18,9 @@ pub type NameBuilder = StringDictionaryBuilder<Int32Type>;
 pub trait PendingRows {
     fn table(&self) -> &'static Table;
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Takes the rows so far as a batch and leaves the builders empty.
     fn finish(&mut self) -> RecordBatch;
 }
@@ -254,7 +257,9 @@ impl AllRows {
     }
 
     pub fn get(&mut self, table: &str) -> Option<&mut dyn PendingRows> {
-        self.each().into_iter().find(|rows| rows.table().name == table)
+        self.each()
+            .into_iter()
+            .find(|rows| rows.table().name == table)
     }
 }
 

@@ -220,7 +220,7 @@ pub static COUNTER: Table = Table {
     doc: "System counters read every `--interval`, stored raw and cumulative exactly as the kernel printed them, one row per value \
           (long form): the delta between two rows of the same (`source`, `name`, `scope`) is what happened in between. \
           Sources and units: `vmstat` (/proc/vmstat; pages or events), `stat` (/proc/stat; CPU times in USER_HZ ticks, \
-          see `clock_ticks_per_second` in recording.json, scope `cpuN` or null for the total line; `ctxt`, `intr`, `processes` counts; \
+          see `clock_ticks_per_second` in recording.json, scope `cpuN` or null for the total line; `ctxt`, `intr`, `softirqs` (the `softirq` line's total), `processes` counts; \
           `procs_running`, `procs_blocked` gauges), `meminfo` (/proc/meminfo; kB), `pressure` (/proc/pressure/*; \
           `<resource>_some_total`/`<resource>_full_total` in microseconds), `node_vmstat` and `numastat` \
           (/sys/devices/system/node/nodeN; pages or events, scope `nodeN`), and `recorder` (the recorder itself: \

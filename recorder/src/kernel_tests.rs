@@ -1,0 +1,286 @@
+//! Real-kernel tests of the faults, numa and cache groups: load and attach
+//! them, cause activity whose size the test knows, and check what the probes
+//! saw. They need root, which CI has: nothing here is skipped.
+
+use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsRawFd, process::Command};
+
+use arrow::{
+    array::{Array, AsArray},
+    datatypes::{Int32Type, Int64Type, UInt64Type},
+    record_batch::RecordBatch,
+};
+use hindsight_schemas::time::ClockOffset;
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+
+use crate::{
+    bpf::{load_cache, load_faults, load_numa, TracepointCatalog},
+    cache::drain_page_cache,
+    decode::Decoder,
+    rows::{AllRows, PageCacheRows},
+};
+
+const OFFSET: ClockOffset = ClockOffset {
+    at_boot_ns: 0,
+    offset_ns: 0,
+};
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Every record waiting in `ring`, decoded.
+fn drain_ring(ring: &dyn MapCore) -> AllRows {
+    let decoder = Decoder::new(OFFSET);
+    let mut rows = AllRows::default();
+    {
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(ring, |data: &[u8]| {
+                decoder
+                    .decode(data, &mut rows)
+                    .expect("a record we can decode");
+                0
+            })
+            .unwrap();
+        builder.build().unwrap().consume().unwrap();
+    }
+    rows
+}
+
+/// Sum over CPUs of one kind's ring-full counter.
+fn lost(map: &dyn MapCore, kind: u32) -> u64 {
+    map.lookup_percpu(&kind.to_ne_bytes(), MapFlags::ANY)
+        .unwrap()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap()))
+        .sum()
+}
+
+#[test]
+fn every_fresh_page_written_is_a_page_fault_row() {
+    const PAGES: usize = 2000;
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_faults(&mut object, 32 << 20, 1, &catalog).unwrap();
+    assert!(probes.skipped.is_empty(), "{:?}", probes.skipped);
+
+    let page = page_size();
+    let len = PAGES * page;
+    // SAFETY: a fresh private anonymous mapping, written only within its length.
+    let base = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        // One fault per page: no transparent huge page behind our back.
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        for i in 0..PAGES {
+            p.cast::<u8>().add(i * page).write_volatile(1);
+        }
+        p as u64
+    };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let rows = &mut drain_ring(&probes.skel.maps.fault_events).page_fault;
+    let b: RecordBatch = rows.finish();
+    // SAFETY: unmapping what we mapped.
+    unsafe { libc::munmap(base as *mut libc::c_void, len) };
+
+    let tids = b.column_by_name("tid").unwrap().as_primitive::<Int32Type>();
+    let pids = b.column_by_name("pid").unwrap().as_primitive::<Int32Type>();
+    let addresses = b
+        .column_by_name("address")
+        .unwrap()
+        .as_primitive::<UInt64Type>();
+    let kernel = b.column_by_name("kernel").unwrap().as_boolean();
+    let errors = b
+        .column_by_name("error_code")
+        .unwrap()
+        .as_primitive::<Int32Type>();
+    let ours: Vec<usize> = (0..b.num_rows())
+        .filter(|&r| {
+            tids.value(r) == tid && (base..base + len as u64).contains(&addresses.value(r))
+        })
+        .collect();
+    let of_pid = (0..b.num_rows())
+        .filter(|&r| pids.value(r) == std::process::id() as i32)
+        .count();
+    let ring_full = lost(&probes.skel.maps.fault_lost, 6);
+    assert_eq!(ring_full, 0, "the ring overflowed");
+    assert_eq!(
+        ours.len(),
+        PAGES,
+        "faults on our pages, of {} rows",
+        b.num_rows()
+    );
+    assert!(of_pid >= PAGES);
+    for r in ours {
+        assert!(!kernel.value(r));
+        // A user-mode write to a page not present: error code bits 1 and 2.
+        assert_eq!(
+            errors.value(r) & 0x7,
+            0x6,
+            "error code {:#x}",
+            errors.value(r)
+        );
+    }
+}
+
+#[test]
+fn every_numa_probe_attaches() {
+    let catalog = TracepointCatalog::load().unwrap();
+    // reason is the last of the eight arguments on this kernel (6.13+).
+    assert_eq!(catalog.arg_count("mm_migrate_pages"), Some(8));
+    assert_eq!(catalog.arg_count("sched_move_numa"), Some(3));
+    let mut object = MaybeUninit::uninit();
+    let probes = load_numa(&mut object, 1 << 16, &catalog).unwrap();
+    assert!(probes.skipped.is_empty(), "{:?}", probes.skipped);
+    assert_eq!(probes.attached(), 4);
+}
+
+/// The page-cache counts of one process in a drained batch.
+fn counts_of(b: &RecordBatch, pid: u32) -> Option<(i64, i64)> {
+    let pids = b.column_by_name("pid").unwrap().as_primitive::<Int32Type>();
+    let accesses = b
+        .column_by_name("accesses")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let misses = b
+        .column_by_name("misses")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    (0..b.num_rows())
+        .find(|&r| pids.value(r) == pid as i32)
+        .map(|r| (accesses.value(r), misses.value(r)))
+}
+
+/// Reads `path` whole in a child process (dd, 1 MiB reads, as `cat` or a
+/// copy would), returns its pid.
+fn read_in_child(path: &std::path::Path) -> u32 {
+    let mut child = Command::new("dd")
+        .arg(format!("if={}", path.display()))
+        .args(["of=/dev/null", "bs=1M", "status=none"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait().unwrap().success());
+    pid
+}
+
+#[test]
+fn a_cold_read_misses_and_a_warm_read_hits() {
+    const PAGES: i64 = 2000;
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_cache(&mut object, &catalog).unwrap();
+    assert!(probes.skipped.is_empty(), "{:?}", probes.skipped);
+    let map = &probes.skel.maps.cache_counts;
+
+    // Beside the test binary, on the build's disk: /tmp may be a tmpfs,
+    // whose pages cannot be evicted to be read back from storage.
+    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
+    let path = dir.path().join("cold");
+    let mut file = File::create(&path).unwrap();
+    file.write_all(&vec![7u8; PAGES as usize * page_size()])
+        .unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: advice on a file we own; 0, 0 is the whole file.
+    let advised = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(advised, 0);
+    drop(file);
+
+    let mut rows = PageCacheRows::new();
+    drain_page_cache(map, 0, &mut rows).unwrap();
+    rows.finish();
+
+    // dd's own start (mapping its binary and libraries, all cached) is
+    // page-cache accesses too: measure it on an empty file and subtract.
+    let empty = dir.path().join("empty");
+    File::create(&empty).unwrap();
+    let baseline = read_in_child(&empty);
+    drain_page_cache(map, 1, &mut rows).unwrap();
+    let (start_accesses, start_misses) = counts_of(&rows.finish(), baseline).unwrap_or((0, 0));
+
+    let cold = read_in_child(&path);
+    drain_page_cache(map, 2, &mut rows).unwrap();
+    let (accesses, misses) = counts_of(&rows.finish(), cold).expect("a row for the cold reader");
+    let (accesses, misses) = (accesses - start_accesses, misses - start_misses);
+    let slack = PAGES / 10 + 8;
+    assert!(
+        (misses - PAGES).abs() <= slack,
+        "cold read: {misses} misses for {PAGES} pages"
+    );
+    assert!(
+        (accesses - PAGES).abs() <= slack,
+        "cold read: {accesses} accesses for {PAGES} pages"
+    );
+
+    let warm = read_in_child(&path);
+    drain_page_cache(map, 3, &mut rows).unwrap();
+    let (accesses, misses) = counts_of(&rows.finish(), warm).expect("a row for the warm reader");
+    let (accesses, misses) = (accesses - start_accesses, misses - start_misses);
+    assert!(misses <= 8, "warm read: {misses} misses");
+    assert!(
+        (accesses - PAGES).abs() <= slack,
+        "warm read: {accesses} accesses for {PAGES} pages (dd's start: {start_accesses})"
+    );
+    let lost_entries = lost(&probes.skel.maps.cache_lost, 8);
+    assert_eq!(lost_entries, 0);
+    assert!(rows.finish().column(0).is_empty());
+}
+
+/// One node or not, compaction migrates pages: writing `compact_memory`
+/// runs it in the writing thread, which must show as `migrate_pages` rows
+/// with the kernel's reason name.
+#[test]
+fn compaction_shows_as_migrate_pages_rows() {
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_numa(&mut object, 1 << 20, &catalog).unwrap();
+    std::fs::write("/proc/sys/vm/compact_memory", "1").unwrap();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let b = drain_ring(&probes.skel.maps.numa_events)
+        .numa_event
+        .finish();
+    let tids = b.column_by_name("tid").unwrap().as_primitive::<Int32Type>();
+    let kinds = b
+        .column_by_name("kind")
+        .unwrap()
+        .as_dictionary::<Int32Type>();
+    let reasons = b
+        .column_by_name("reason")
+        .unwrap()
+        .as_dictionary::<Int32Type>();
+    let src_cpu = b.column_by_name("src_cpu").unwrap();
+    let name = |d: &arrow::array::DictionaryArray<Int32Type>, r: usize| {
+        d.values()
+            .as_string::<i32>()
+            .value(d.keys().value(r) as usize)
+            .to_string()
+    };
+    let ours: Vec<usize> = (0..b.num_rows())
+        .filter(|&r| tids.value(r) == tid)
+        .collect();
+    assert!(
+        !ours.is_empty(),
+        "no migrate_pages row of ours among {}",
+        b.num_rows()
+    );
+    for r in ours {
+        assert_eq!(
+            (name(kinds, r), name(reasons, r)),
+            ("migrate_pages".to_string(), "compaction".to_string())
+        );
+        assert!(src_cpu.is_null(r));
+    }
+    assert_eq!(lost(&probes.skel.maps.numa_lost, 7), 0);
+}
