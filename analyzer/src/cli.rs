@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::catalog;
 use crate::output::Format;
+use crate::report::{self, Interval};
 
 /// SQL, reports and exports over hindsight recordings, as any user.
 #[derive(Debug, Parser)]
@@ -18,7 +19,8 @@ A recording is a directory written by hindsight-record: recording.json and one f
 Parquet files a table. Copy it anywhere; hindsight needs no root and no BPF.\n\n\
 Examples:\n  \
 hindsight info rec/\n  \
-hindsight sql rec/ 'SELECT count(*) FROM sched_switch'"
+hindsight sql rec/ 'SELECT count(*) FROM sched_switch'\n  \
+hindsight report atop rec/ --interval 10s"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -32,7 +34,85 @@ pub struct Cli {
 pub enum Command {
     Sql(SqlArgs),
     Info(InfoArgs),
+    #[command(subcommand)]
+    Report(ReportCommand),
 }
+
+/// Interval reports (atop, faults, numa, cachetop), each one SQL query.
+#[derive(Debug, Subcommand)]
+#[command(
+    long_about = "Interval reports, each one SQL query over the recording; --show-sql prints \
+it, and it runs unchanged with `hindsight sql`.\n\n\
+Intervals are [a, a + INTERVAL) with a a multiple of the interval since the Unix epoch, so \
+any length works over any sampling rate. Every row carries `lost`, the events the recorder \
+lost in its interval: nonzero means the figures miss something."
+)]
+pub enum ReportCommand {
+    /// Per interval, atop's system lines and its top processes by CPU.
+    #[command(long_about = ATOP_ABOUT)]
+    Atop(ReportArgs),
+    /// Per interval, the processes that page-faulted most, and where.
+    #[command(long_about = FAULTS_ABOUT)]
+    Faults(ReportArgs),
+    /// Per interval, pages migrated and tasks moved between NUMA nodes.
+    #[command(long_about = NUMA_ABOUT)]
+    Numa(ReportArgs),
+    /// Per interval, page-cache hits, misses and dirtied pages per process.
+    #[command(long_about = CACHETOP_ABOUT)]
+    Cachetop(ReportArgs),
+}
+
+const ATOP_ABOUT: &str = "Per interval, atop's system lines (CPU per CPU and in total, context \
+switches, memory, page faults, page scans and steals, migrations, NUMA, pressure) and the top \
+processes by CPU, computed in SQL from the raw cumulative counters (`counter`, `task_stat`).\n\n\
+Bounding samples: interval [a, b) reports, for every series (a counter; a process, known by \
+pid and start time so a reused pid is a new process), the value of its last sample before b \
+minus the value of its last sample before a, and rates divide that by the time between those \
+two samples, not by the nominal interval: sample_from and sample_to in the output. A series \
+that starts inside [a, b) (a process started mid-interval, the recording's start) counts from \
+its first sample; a process that vanished counts up to its last snapshot and then has no row. \
+An interval holding no sample of a series has no row for it. A step where a value goes \
+backwards (a reboot; switch counts of exited threads) counts as zero. Samples up to 10 min \
+before --from are read for the first interval's baseline.\n\n\
+CPU: busy is every tick but idle and iowait, as a % of all ticks of /proc/stat (guest time is \
+already inside user). Process CPU is a % of ONE CPU, as in atop: two full cores are 200%, over \
+the process's own snapshots (every --task-interval, 10 s by default, so shorter intervals show \
+a process only where a snapshot falls). Memory is /proc/meminfo at the interval's last sample. \
+PSI is the % of the interval some (or all) tasks stalled.\n\n\
+Output: --format table prints a block per interval: its time, LOST when events were lost in it, \
+the system lines, then the processes. csv and json print the same columns as flat rows, one \
+`kind` a row: `system` (one per interval), `cpu` (`cpu` = `all` or `cpuN`), `process` (the top \
+--top by CPU); columns a kind has no value for are null. Every row has `lost`, the events the \
+recorder lost in the interval.\n\n\
+Examples:\n  \
+hindsight report atop rec/ --interval 10s\n  \
+hindsight report atop rec/ -i 1m --from 2024-05-01T12:00:00Z --to 2024-05-01T13:00:00Z --top 5\n  \
+hindsight report atop rec/ --show-sql -f csv > atop.csv";
+
+const FAULTS_ABOUT: &str = "Per interval, the processes that page-faulted most (from \
+`page_fault`), with their fault rates (user, kernel, write), the most faulted 2 MiB region of \
+their address space, and minflt/majflt rates from `task_stat` as a cross-check. Each recorded \
+fault stands for `fault_sample` faults of its session (recording.json): `faults` is scaled, \
+`recorded` is the raw count. Rates divide by the interval's length. What is mapped at an \
+address is `unknown`: no memory maps are recorded.\n\n\
+Examples:\n  \
+hindsight report faults rec/ --interval 10s --top 5";
+
+const NUMA_ABOUT: &str = "Per interval, NUMA activity: `migrate` rows (per process and \
+reason: migrate_pages events, pages succeeded and failed), `task` rows (per process, \
+move_numa/swap_numa/stick_numa and node pair src_nid -> dst_nid: how many), and `counter` rows \
+(numastat per node, and the numa*/pgmigrate* counters of vmstat and node_vmstat: the change in \
+the interval and its rate, by the bounding-sample rule of `report atop`; counters that did not \
+change are left out).\n\n\
+Examples:\n  \
+hindsight report numa rec/ --interval 1m";
+
+const CACHETOP_ABOUT: &str = "Per interval and process, page-cache accesses, hits (accesses \
+minus misses), misses (pages added to the cache) and dirtied pages, all in pages, and the hit \
+ratio (hits as a % of accesses), like BCC's cachetop after the fact. A `page_cache` row is \
+counted in the interval its `ts` (the end of the recorder's interval) falls in.\n\n\
+Examples:\n  \
+hindsight report cachetop rec/ --interval 10s --top 20";
 
 /// Run a SQL query over every table of one or more recordings.
 #[derive(Debug, Args)]
@@ -79,6 +159,32 @@ pub struct InfoArgs {
     pub format: InfoFormatArg,
 }
 
+/// The flags every report takes.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Recording directories; with two or more, rows gain a `host` column.
+    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
+    pub recordings: Vec<PathBuf>,
+    /// Interval length: 10s, 1m, 1m30s, 500ms (units h, m, s, ms, us, ns).
+    #[arg(long, short = 'i', value_name = "DURATION", default_value = "10s", value_parser = Interval::parse)]
+    pub interval: Interval,
+    /// Only intervals from this time on (RFC 3339, 2024-05-01T12:00:00Z), aligned down to the interval.
+    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
+    pub from: Option<i64>,
+    /// Only samples and events before this time (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
+    pub to: Option<i64>,
+    /// Processes per interval, the busiest first (numa lists every process).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Output format: a table for people, or CSV or JSON lines with the same columns.
+    #[arg(long, short = 'f', value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
+    /// Print the SQL on stdout before the result, ending in `;` and a blank line.
+    #[arg(long)]
+    pub show_sql: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FormatArg {
     /// An aligned table with a header.
@@ -116,6 +222,21 @@ pub enum Action {
         recordings: Vec<PathBuf>,
         json: bool,
     },
+    Report {
+        kind: report::Kind,
+        recordings: Vec<PathBuf>,
+        options: report::Options,
+    },
+}
+
+impl FormatArg {
+    fn format(self) -> Format {
+        match self {
+            FormatArg::Table => Format::Table,
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Json => Format::Json,
+        }
+    }
 }
 
 impl Cli {
@@ -127,16 +248,32 @@ impl Cli {
             Command::Sql(a) => Action::Sql {
                 recordings: a.recordings,
                 query: a.query,
-                format: match a.format {
-                    FormatArg::Table => Format::Table,
-                    FormatArg::Csv => Format::Csv,
-                    FormatArg::Json => Format::Json,
-                },
+                format: a.format.format(),
             },
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,
             },
+            Command::Report(r) => {
+                let (kind, a) = match r {
+                    ReportCommand::Atop(a) => (report::Kind::Atop, a),
+                    ReportCommand::Faults(a) => (report::Kind::Faults, a),
+                    ReportCommand::Numa(a) => (report::Kind::Numa, a),
+                    ReportCommand::Cachetop(a) => (report::Kind::Cachetop, a),
+                };
+                Action::Report {
+                    kind,
+                    recordings: a.recordings,
+                    options: report::Options {
+                        interval: a.interval,
+                        from: a.from,
+                        to: a.to,
+                        top: a.top,
+                        format: a.format.format(),
+                        show_sql: a.show_sql,
+                    },
+                }
+            }
         };
         Config { action, threads }
     }

@@ -17,6 +17,8 @@
 //! - [`catalog`]: register recordings as DataFusion tables, run queries.
 //! - [`output`]: print results as a table, CSV or JSON lines.
 //! - [`info`]: the `info` command's summary.
+//! - [`report`]: interval reports (atop, faults, numa, cachetop), one SQL
+//!   statement each, a module per report.
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -39,6 +41,7 @@ pub mod cli;
 pub mod info;
 pub mod output;
 pub mod recording;
+pub mod report;
 
 pub use catalog::query_batches;
 pub use recording::{Recording, RecordingError};
@@ -109,6 +112,14 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        cli::Action::Report {
+            kind,
+            recordings,
+            options,
+        } => match report::run(kind, &recordings, &options, config.threads).await {
+            Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+            other => other?,
+        },
     }
     Ok(ExitCode::SUCCESS)
 }

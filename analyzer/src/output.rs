@@ -127,6 +127,30 @@ async fn write_all(
     Ok(())
 }
 
+/// The rows of `batches` as JSON objects, printed as `--format json`
+/// prints them (timestamps RFC 3339 UTC, nulls as `null`): for reports
+/// that lay rows out themselves.
+pub fn json_rows(
+    batches: &[RecordBatch],
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
+    let mut text = Vec::new();
+    {
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .with_timestamp_tz_format(TIMESTAMP_UTC.into())
+            .with_timestamp_format(TIMESTAMP_UTC.into())
+            .build::<_, arrow::json::writer::LineDelimited>(&mut text);
+        for batch in batches {
+            writer.write(&utc_batch(batch)?)?;
+        }
+        writer.finish()?;
+    }
+    text.split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| Ok(serde_json::from_slice(line)?))
+        .collect()
+}
+
 /// The batch with every zone-aware timestamp column in UTC. Only the
 /// column's zone changes: Arrow stores the instant, the zone is display.
 pub fn utc_batch(batch: &RecordBatch) -> Result<RecordBatch> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray,
-    TimestampNanosecondArray,
+    TimestampNanosecondArray, UInt64Array,
 };
 use arrow::datatypes::Int32Type;
 use hindsight_schemas::meta::{RecordingMeta, Session, FORMAT};
@@ -157,6 +157,15 @@ pub fn batch(table: &Table, rows: &[Value]) -> RecordBatch {
                     values
                         .iter()
                         .map(|v| int(*v).or(Some(0).filter(|_| !c.nullable)))
+                        .collect::<Vec<_>>(),
+                )),
+                ColumnType::UInt64 => Arc::new(UInt64Array::from(
+                    values
+                        .iter()
+                        .map(|v| {
+                            v.map(|v| v.as_u64().expect("unsigned integer"))
+                                .or(Some(0).filter(|_| !c.nullable))
+                        })
                         .collect::<Vec<_>>(),
                 )),
                 ColumnType::Bool => Arc::new(BooleanArray::from(

@@ -6,4 +6,5 @@ mod errors; // bad input: exit code 2 and one line naming the file
 mod fixture; // temp-dir recordings built from rows given as JSON
 mod info; // `info`: counts, sizes, time range and losses from footers
 mod output; // the binary's formats, exit codes and closed pipes
+mod report; // interval reports: exact figures, DuckDB cross-check, formats
 mod sql; // query results over one and several recordings

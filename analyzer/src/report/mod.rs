@@ -1,0 +1,550 @@
+//! Reports: SQL under the hood, printed on request (`--show-sql`) so users
+//! learn to write their own. One module per report holds that report's SQL;
+//! this one holds what they share: the interval and time-bound flags, the
+//! interval arithmetic in SQL, and running and printing.
+//!
+//! Every report is ONE read-only statement over the registered tables, so
+//! what `--show-sql` prints runs unchanged with `hindsight sql`.
+//!
+//! Intervals are `[a, a + interval)` with `a` a multiple of the interval
+//! since the Unix epoch (`date_bin(INTERVAL '10 seconds', ts)`).
+//!
+//! Cumulative values (counters, per-process times) become per-interval
+//! amounts by one rule, [`Deltas`]: an interval `[a, b)` gets the value of
+//! the last sample before `b` minus the value of the last sample before `a`,
+//! and the time between those two samples, which is what rates divide by
+//! (not the nominal interval). A series whose first sample lies in `[a, b)`
+//! counts from that sample. An interval with no sample of a series has no
+//! row for it. A step where a value goes backwards (a reboot; switch counts
+//! of exited threads) counts as zero.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Result;
+use hindsight_schemas::time::rfc3339;
+
+use crate::catalog;
+use crate::output::{self, Format};
+use crate::recording::{self, Recording};
+
+pub mod atop;
+pub mod cachetop;
+pub mod faults;
+pub mod numa;
+
+/// Which report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Atop,
+    Faults,
+    Numa,
+    Cachetop,
+}
+
+/// A report's resolved flags.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub interval: Interval,
+    /// Only intervals that start at or after this (UTC ns), aligned down.
+    pub from: Option<i64>,
+    /// Only samples and events before this (UTC ns).
+    pub to: Option<i64>,
+    /// Rows of processes per interval.
+    pub top: usize,
+    pub format: Format,
+    /// Print the SQL before the result.
+    pub show_sql: bool,
+}
+
+/// How far before `--from` samples are read, so the first interval has the
+/// sample before it to subtract from.
+pub const LOOKBACK_NS: i64 = 10 * 60 * 1_000_000_000;
+
+/// An interval length, parsed from `10s`, `1m`, `1m30s`, `500ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    ns: i64,
+}
+
+/// Units an interval may be written in, longest suffix first for parsing.
+const UNITS: &[(&str, i64)] = &[
+    ("ms", 1_000_000),
+    ("us", 1_000),
+    ("ns", 1),
+    ("h", 3_600_000_000_000),
+    ("m", 60_000_000_000),
+    ("s", 1_000_000_000),
+];
+
+impl Interval {
+    pub fn from_ns(ns: i64) -> Interval {
+        assert!(ns > 0, "an interval is positive");
+        Interval { ns }
+    }
+
+    pub fn ns(self) -> i64 {
+        self.ns
+    }
+
+    /// Parses one or more `<number><unit>` terms, units `h`, `m`, `s`, `ms`,
+    /// `us`, `ns`: `10s`, `1m`, `1h30m`, `250ms`.
+    pub fn parse(text: &str) -> Result<Interval, String> {
+        let bad = || format!("{text:?}: expected a duration such as 10s, 1m, 1m30s or 500ms");
+        let mut rest = text.trim();
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        let mut ns: i64 = 0;
+        while !rest.is_empty() {
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let number: i64 = rest[..digits].parse().map_err(|_| bad())?;
+            rest = &rest[digits..];
+            let &(unit, scale) = UNITS
+                .iter()
+                .find(|(unit, _)| rest.starts_with(unit))
+                .ok_or_else(bad)?;
+            rest = &rest[unit.len()..];
+            ns = number
+                .checked_mul(scale)
+                .and_then(|n| ns.checked_add(n))
+                .ok_or_else(bad)?;
+        }
+        if ns == 0 {
+            return Err(format!("{text:?}: an interval must be longer than zero"));
+        }
+        Ok(Interval { ns })
+    }
+
+    /// The SQL literal, in the largest unit that divides it:
+    /// `INTERVAL '10 seconds'`.
+    pub fn sql(self) -> String {
+        const SQL_UNITS: &[(&str, i64)] = &[
+            ("hours", 3_600_000_000_000),
+            ("minutes", 60_000_000_000),
+            ("seconds", 1_000_000_000),
+            ("milliseconds", 1_000_000),
+            ("microseconds", 1_000),
+            ("nanoseconds", 1),
+        ];
+        let (unit, scale) = SQL_UNITS
+            .iter()
+            .find(|(_, scale)| self.ns % scale == 0)
+            .expect("nanoseconds divide everything");
+        let n = self.ns / scale;
+        let unit = if n == 1 {
+            unit.trim_end_matches('s')
+        } else {
+            unit
+        };
+        format!("INTERVAL '{n} {unit}'")
+    }
+
+    /// `ts` rounded down to a multiple of the interval, as
+    /// `date_bin(interval, ts)` does.
+    pub fn align(self, ts: i64) -> i64 {
+        ts.div_euclid(self.ns) * self.ns
+    }
+
+    /// For people: `10s`, `1m30s`, `250ms`.
+    pub fn human(self) -> String {
+        let mut rest = self.ns;
+        let mut out = String::new();
+        for (unit, scale) in [
+            ("h", 3_600_000_000_000),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+            ("ns", 1),
+        ] {
+            if rest >= scale {
+                out.push_str(&format!("{}{unit}", rest / scale));
+                rest %= scale;
+            }
+        }
+        out
+    }
+}
+
+/// Parses an RFC 3339 time (`2024-05-01T12:00:00Z`, any offset) to UTC ns.
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .ok()
+        .and_then(|t| t.timestamp_nanos_opt())
+        .ok_or_else(|| format!("{text:?}: expected an RFC 3339 time such as 2024-05-01T12:00:00Z"))
+}
+
+/// What a report's SQL is built for: the flags plus what the recordings
+/// say (hosts, sampling factors).
+#[derive(Clone, Debug)]
+pub struct Env {
+    pub interval: Interval,
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    pub top: usize,
+    /// Several recordings: every table has a `host` column, every series
+    /// and interval is per host.
+    pub multi_host: bool,
+    /// `(host label, session start UTC ns, fault_sample)`, one per session.
+    pub fault_samples: Vec<(String, i64, u32)>,
+}
+
+impl Env {
+    pub fn new(options: &Options, recordings: &[Recording]) -> Env {
+        let hosts = catalog::host_labels(recordings);
+        let fault_samples = recordings
+            .iter()
+            .zip(hosts)
+            .flat_map(|(rec, host)| {
+                rec.meta.sessions.iter().map(move |s| {
+                    let start = parse_time(&s.started).unwrap_or(i64::MIN);
+                    (host.clone(), start, s.fault_sample.max(1))
+                })
+            })
+            .collect();
+        Env {
+            interval: options.interval,
+            from: options.from,
+            to: options.to,
+            top: options.top,
+            multi_host: recordings.len() > 1,
+            fault_samples,
+        }
+    }
+
+    /// `host, ` with several recordings, else nothing: put it before a key
+    /// list.
+    pub fn h(&self) -> &'static str {
+        if self.multi_host {
+            "host, "
+        } else {
+            ""
+        }
+    }
+
+    /// `date_bin(INTERVAL '10 seconds', ts)`: the start of `ts`'s interval.
+    pub fn bin(&self, ts: &str) -> String {
+        format!("date_bin({}, {ts})", self.interval.sql())
+    }
+
+    /// A condition on the `ts` of samples: before `--to`, and not more than
+    /// [`LOOKBACK_NS`] before the first interval, so it has a baseline.
+    pub fn sample_bounds(&self, ts: &str) -> String {
+        self.bounds(ts, LOOKBACK_NS)
+    }
+
+    /// A condition on the `ts` of events: inside the reported intervals.
+    pub fn event_bounds(&self, ts: &str) -> String {
+        self.bounds(ts, 0)
+    }
+
+    fn bounds(&self, ts: &str, lookback: i64) -> String {
+        let mut terms = Vec::new();
+        if let Some(from) = self.from {
+            let start = self.interval.align(from).saturating_sub(lookback);
+            terms.push(format!("{ts} >= {}", timestamp(start)));
+        }
+        if let Some(to) = self.to {
+            terms.push(format!("{ts} < {}", timestamp(to)));
+        }
+        if terms.is_empty() {
+            "TRUE".into()
+        } else {
+            terms.join(" AND ")
+        }
+    }
+
+    /// A condition on an interval start column: the intervals reported.
+    pub fn interval_bounds(&self, column: &str) -> String {
+        let mut terms = Vec::new();
+        if let Some(from) = self.from {
+            terms.push(format!(
+                "{column} >= {}",
+                timestamp(self.interval.align(from))
+            ));
+        }
+        if let Some(to) = self.to {
+            terms.push(format!("{column} < {}", timestamp(to)));
+        }
+        if terms.is_empty() {
+            "TRUE".into()
+        } else {
+            terms.join(" AND ")
+        }
+    }
+
+    /// The `lost` CTE: events lost per interval (by `loss.ts`, the end of
+    /// the recorder's flush interval in which they were lost).
+    pub fn lost_cte(&self) -> String {
+        let h = self.h();
+        format!(
+            "lost AS (  -- events the recorder lost, per interval
+  SELECT {h}{bin} AS interval_start, sum(lost) AS lost
+  FROM loss
+  WHERE {bounds}
+  GROUP BY {h}interval_start
+)",
+            bin = self.bin("ts"),
+            bounds = self.event_bounds("ts"),
+        )
+    }
+
+    /// The join condition of a row set `r` with `lost l`.
+    pub fn lost_join(&self, r: &str) -> String {
+        if self.multi_host {
+            format!("l.host = {r}.host AND l.interval_start = {r}.interval_start")
+        } else {
+            format!("l.interval_start = {r}.interval_start")
+        }
+    }
+
+    /// How many faults one `page_fault` row stands for: `fault_sample` of
+    /// the session the row was recorded in (a literal when all agree).
+    pub fn fault_weight(&self, ts: &str) -> String {
+        let first = self.fault_samples.first().map_or(1, |s| s.2);
+        if self.fault_samples.iter().all(|s| s.2 == first) {
+            return first.to_string();
+        }
+        let mut sessions = self.fault_samples.clone();
+        sessions.sort_by_key(|s| std::cmp::Reverse(s.1));
+        let mut case = String::from("CASE");
+        for (host, start, sample) in sessions {
+            let host = if self.multi_host {
+                format!("host = '{}' AND ", host.replace('\'', "''"))
+            } else {
+                String::new()
+            };
+            case.push_str(&format!(
+                " WHEN {host}{ts} >= {} THEN {sample}",
+                timestamp(start)
+            ));
+        }
+        case.push_str(" ELSE 1 END");
+        case
+    }
+}
+
+/// A `TIMESTAMP '...'` literal of UTC ns.
+pub fn timestamp(utc_ns: i64) -> String {
+    format!("TIMESTAMP '{}'", rfc3339(utc_ns))
+}
+
+/// Per-interval amounts of cumulative values by the rule in the module doc:
+/// two CTEs, `<name>_step` (each sample minus the one before it in its
+/// series) and `<name>` (one row per series and interval).
+///
+/// `<name>` has the series keys (and `host`), `interval_start`,
+/// `sample_from` and `sample_to` (the two bounding samples; `sample_from`
+/// is null when the series has one sample only), `seconds` between them,
+/// one column per counter holding its change, and one per gauge holding its
+/// value at the last sample in the interval.
+pub struct Deltas<'a> {
+    pub name: &'a str,
+    /// The table read.
+    pub table: &'a str,
+    /// What identifies a series, e.g. `source, name, scope`.
+    pub keys: &'a [&'a str],
+    /// `(column, expression)`: cumulative values.
+    pub counters: &'a [(&'a str, &'a str)],
+    /// `(column, expression)`: values taken as they are at the interval's end.
+    pub gauges: &'a [(&'a str, &'a str)],
+    /// Which rows of `table`.
+    pub filter: &'a str,
+    /// A comment on the step CTE.
+    pub doc: &'a str,
+}
+
+impl Deltas<'_> {
+    pub fn sql(&self, env: &Env) -> String {
+        let h = env.h();
+        let keys = self.keys.join(", ");
+        let name = self.name;
+        let mut step_cols = String::new();
+        let mut sums = String::new();
+        for (col, expr) in self.counters {
+            step_cols.push_str(&format!(
+                ",\n    greatest({expr} - lag({expr}) OVER series, 0) AS {col}"
+            ));
+            sums.push_str(&format!(",\n    sum({col}) AS {col}"));
+        }
+        for (col, expr) in self.gauges {
+            step_cols.push_str(&format!(",\n    {expr} AS {col}"));
+            sums.push_str(&format!(",\n    last_value({col} ORDER BY ts) AS {col}"));
+        }
+        format!(
+            "{name}_step AS (  -- {doc}: each sample minus the one before it
+  SELECT {h}{keys}, ts, {bin} AS interval_start,
+    lag(ts) OVER series AS prev_ts{step_cols}
+  FROM {table}
+  WHERE ({filter}) AND {bounds}
+  WINDOW series AS (PARTITION BY {h}{keys} ORDER BY ts)
+),
+{name} AS (  -- per interval: last sample in it minus last sample before it
+  SELECT {h}{keys}, interval_start,
+    min(prev_ts) AS sample_from,
+    max(ts) AS sample_to,
+    (CAST(max(ts) AS BIGINT) - CAST(min(prev_ts) AS BIGINT)) / 1e9 AS seconds{sums}
+  FROM {name}_step
+  GROUP BY {h}{keys}, interval_start
+)",
+            doc = self.doc,
+            table = self.table,
+            filter = self.filter,
+            bin = env.bin("ts"),
+            bounds = env.sample_bounds("ts"),
+        )
+    }
+}
+
+/// `counter_delta` (and `counter_delta_step`): the counters `filter`
+/// selects, per series (`source`, `name`, `scope`) and interval, with
+/// `delta` (the change, for cumulative counters) and `last` (the value at the
+/// interval's end, for gauges such as `MemFree`).
+pub fn counter_deltas(env: &Env, filter: &str) -> String {
+    Deltas {
+        name: "counter_delta",
+        table: "counter",
+        keys: &["source", "name", "scope"],
+        counters: &[("delta", "value")],
+        gauges: &[("last", "value")],
+        filter,
+        doc: "system counters",
+    }
+    .sql(env)
+}
+
+/// `task_delta` (and `task_delta_step`): per process and interval, CPU time
+/// (`cpu_ns`), faults (`minflt`, `majflt`) and context switches (`csw`), and
+/// `comm` and `rss_bytes` at the interval's end. A process is its `pid` and
+/// `start_time_ns`, so a reused pid starts a new series.
+pub fn task_deltas(env: &Env) -> String {
+    Deltas {
+        name: "task_delta",
+        table: "task_stat",
+        keys: &["pid", "start_time_ns"],
+        counters: &[
+            ("cpu_ns", "utime_ns + stime_ns"),
+            ("minflt", "minflt"),
+            ("majflt", "majflt"),
+            ("csw", "nvcsw + nivcsw"),
+        ],
+        gauges: &[
+            ("comm", "CAST(comm AS VARCHAR)"),
+            ("rss_bytes", "rss_bytes"),
+        ],
+        filter: "TRUE",
+        doc: "process snapshots",
+    }
+    .sql(env)
+}
+
+/// A column of a report's result: name and SQL type, for the `NULL`s of
+/// row kinds that do not have it.
+pub type ColumnDef = (&'static str, &'static str);
+
+/// A `SELECT` list over `columns` in order: the expression given for each
+/// column `values` names, `CAST(NULL AS type)` for the others. Lets row
+/// kinds of one report share their columns.
+pub fn select_list(columns: &[ColumnDef], values: &[(&str, String)]) -> String {
+    for (name, _) in values {
+        debug_assert!(
+            columns.iter().any(|(c, _)| c == name),
+            "{name} is not a column"
+        );
+    }
+    columns
+        .iter()
+        .map(|(name, ty)| match values.iter().find(|(n, _)| n == name) {
+            Some((_, expr)) if expr == name => name.to_string(),
+            Some((_, expr)) => format!("{expr} AS {name}"),
+            None => format!("CAST(NULL AS {ty}) AS {name}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The SQL of `kind` for `env`.
+pub fn sql(kind: Kind, env: &Env) -> String {
+    match kind {
+        Kind::Atop => atop::sql(env),
+        Kind::Faults => faults::sql(env),
+        Kind::Numa => numa::sql(env),
+        Kind::Cachetop => cachetop::sql(env),
+    }
+}
+
+/// Runs report `kind` over `dirs` and prints it on stdout: the SQL first
+/// with `--show-sql` (ending in `;` and a blank line), then the result.
+pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize) -> Result<()> {
+    let recordings = recording::open_all(dirs)?;
+    let ctx = catalog::context_for(&recordings, threads).map_err(catalog::one_line)?;
+    let env = Env::new(options, &recordings);
+    let sql = sql(kind, &env);
+    let mut out = BufWriter::new(io::stdout());
+    if options.show_sql {
+        write!(out, "{sql};\n\n")?;
+    }
+    if kind == Kind::Atop && options.format == Format::Table {
+        let batches = catalog::query_batches(&ctx, &sql)
+            .await
+            .map_err(catalog::one_line)?;
+        atop::write_table(&batches, &env, &mut out)?;
+        out.flush()?;
+    } else {
+        let stream = catalog::query_stream(&ctx, &sql)
+            .await
+            .map_err(catalog::one_line)?;
+        output::write_stream(stream, options.format, out).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse_and_print() {
+        let cases = [
+            ("10s", 10_000_000_000, "INTERVAL '10 seconds'", "10s"),
+            ("1m", 60_000_000_000, "INTERVAL '1 minute'", "1m"),
+            ("1m30s", 90_000_000_000, "INTERVAL '90 seconds'", "1m30s"),
+            ("250ms", 250_000_000, "INTERVAL '250 milliseconds'", "250ms"),
+            ("2h", 7_200_000_000_000, "INTERVAL '2 hours'", "2h"),
+            ("7ns", 7, "INTERVAL '7 nanoseconds'", "7ns"),
+        ];
+        for (text, ns, sql, human) in cases {
+            let iv = Interval::parse(text).unwrap();
+            assert_eq!(iv.ns(), ns, "{text}");
+            assert_eq!(iv.sql(), sql, "{text}");
+            assert_eq!(iv.human(), human, "{text}");
+        }
+        for bad in ["", "10", "s", "0s", "10x", "-1s", "1.5s", "99999999999h"] {
+            assert!(Interval::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn times_parse_as_rfc3339() {
+        assert_eq!(
+            parse_time("2023-11-14T22:13:20Z"),
+            Ok(1_700_000_000_000_000_000)
+        );
+        assert_eq!(
+            parse_time("2023-11-14T23:13:20.5+01:00"),
+            Ok(1_700_000_000_500_000_000)
+        );
+        assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn alignment_is_to_multiples_since_the_epoch() {
+        let iv = Interval::parse("10s").unwrap();
+        assert_eq!(
+            iv.align(1_700_000_005_123_000_000),
+            1_700_000_000_000_000_000
+        );
+        assert_eq!(iv.align(-1), -10_000_000_000);
+    }
+}
