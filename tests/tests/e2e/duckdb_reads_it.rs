@@ -1,12 +1,13 @@
 use std::process::Command;
 
-use crate::fixture::{pingpong, run, settle, sql_count, Recorder, Scratch};
+use crate::fixture::{pingpong, run, settle, shared, sql_count, Recorder, Scratch};
 
 /// DuckDB is an independent Parquet reader: if it counts the same rows as
 /// hindsight in every table, the files are standard. CI installs it
 /// (`pip install duckdb`); without it this test fails, it does not skip.
 #[test]
 fn duckdb_counts_the_same_rows_as_hindsight() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--chunk", "1s"]);

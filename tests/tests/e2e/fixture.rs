@@ -5,9 +5,23 @@ use std::{
     io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
     process::{Child, ChildStderr, Command, Output, Stdio},
+    sync::{RwLock, RwLockReadGuard, RwLockWriteGuard},
     thread,
     time::Duration,
 };
+
+/// Tests run in parallel threads. Most only count their own processes'
+/// events, but a few compare system-wide counters to a tight bound and need
+/// the machine quiet of the other tests: they hold [`quiet`], the rest [`shared`].
+static MACHINE: RwLock<()> = RwLock::new(());
+
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn quiet() -> RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A binary of this workspace, built next to the test binary.
 pub fn bin(name: &str) -> PathBuf {
@@ -157,6 +171,25 @@ pub fn sql_count(dir: &Path, query: &str) -> i64 {
     value
         .as_i64()
         .unwrap_or_else(|| panic!("not an integer: {value}"))
+}
+
+/// Runs `hs-load MODE ARGS...` and returns what it printed.
+pub fn load(args: &[&str]) -> serde_json::Value {
+    let out = run(Command::new(bin("hs-load")).args(args));
+    assert!(
+        out.status.success(),
+        "hs-load {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("hs-load prints JSON")
+}
+
+/// UTC nanoseconds now, the clock recordings use.
+pub fn utc_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
 }
 
 /// Runs the ping-pong workload and returns its ground-truth JSON.

@@ -8,6 +8,10 @@
 
 mod fixture;
 
+/// Page-cache hits and misses per process, and the atop report on real snapshots.
+mod cache_and_atop;
+/// System counters and task snapshots match /proc; faults match a known workload.
+mod counters_and_tasks;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
 /// Context switches and process lifecycle rows equal the kernel's own counts.

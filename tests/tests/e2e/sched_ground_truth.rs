@@ -1,7 +1,8 @@
-use crate::fixture::{pingpong, settle, sql, sql_count, Recorder, Scratch};
+use crate::fixture::{pingpong, settle, shared, sql, sql_count, Recorder, Scratch};
 
 #[test]
 fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--chunk", "2s"]);
@@ -81,6 +82,7 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
 
 #[test]
 fn timestamps_are_utc_and_inside_the_recording() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let before = std::time::SystemTime::now()

@@ -2,7 +2,7 @@ use std::{
     fs, os::unix::process::CommandExt, path::Path, process::Command, thread, time::Duration,
 };
 
-use crate::fixture::{bin, pingpong, run, settle, sql_count, Recorder, Scratch};
+use crate::fixture::{bin, pingpong, run, settle, shared, sql_count, Recorder, Scratch};
 
 /// Every file under a recording: no temporaries, and every Parquet file
 /// opens with a standard reader and has rows.
@@ -38,6 +38,7 @@ fn assert_only_complete_files(rec: &Path) -> usize {
 
 #[test]
 fn sigint_in_the_middle_of_a_chunk_leaves_only_complete_files() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     // A chunk far longer than the run: the stop always lands mid-chunk.
@@ -61,6 +62,7 @@ fn sigint_in_the_middle_of_a_chunk_leaves_only_complete_files() {
 
 #[test]
 fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     Recorder::start(&rec, &["--duration", "1s"]).finish();
@@ -76,6 +78,7 @@ fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
 
 #[test]
 fn a_missing_tracepoint_is_skipped_with_a_warning_and_the_rest_records() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start_with_env(
@@ -117,6 +120,7 @@ fn a_missing_tracepoint_is_skipped_with_a_warning_and_the_rest_records() {
 
 #[test]
 fn new_tasks_are_woken_with_sched_wakeup_new() {
+    let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &[]);
@@ -144,6 +148,7 @@ fn refused(command: &mut Command) -> (i32, String) {
 
 #[test]
 fn setups_that_cannot_work_are_refused_with_one_clear_line() {
+    let _machine = shared();
     let scratch = Scratch::new();
 
     // Not root: the unprivileged user `nobody`.

@@ -1,0 +1,140 @@
+use std::{fs, io::Write, thread, time::Duration};
+
+use crate::fixture::{bin, load, quiet, run, shared, sql, Recorder, Scratch};
+
+/// Reading a file that is not in the page cache shows about one miss per
+/// page for the reader; reading it again shows hits and almost no misses.
+#[test]
+fn page_cache_misses_then_hits_per_process() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    const PAGES: i64 = 2_560; // 10 MiB
+    let file = scratch.dir.path().join("data.bin");
+    let mut out = fs::File::create(&file).unwrap();
+    let block = vec![7u8; 4096];
+    for _ in 0..PAGES {
+        out.write_all(&block).unwrap();
+    }
+    drop(out);
+    let path = file.to_str().unwrap();
+    load(&["evict", path]);
+
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cache", "--interval", "200ms"]);
+    let cold = load(&["read", path]);
+    let warm = load(&["read", path]);
+    thread::sleep(Duration::from_millis(500));
+    recorder.stop();
+
+    let counts = |pid: i64| {
+        let rows = sql(
+            &rec,
+            &format!("SELECT sum(accesses) AS accesses, sum(misses) AS misses FROM page_cache WHERE pid = {pid}"),
+        );
+        (
+            rows[0]["accesses"].as_i64().unwrap_or(0),
+            rows[0]["misses"].as_i64().unwrap_or(0),
+        )
+    };
+    let (cold_accesses, cold_misses) = counts(cold["pid"].as_i64().unwrap());
+    let (warm_accesses, warm_misses) = counts(warm["pid"].as_i64().unwrap());
+    // Readahead may bring in a little more than the file; the program's own
+    // binary and libraries are already cached by the first run.
+    assert!(
+        (PAGES * 95 / 100..=PAGES * 110 / 100).contains(&cold_misses),
+        "cold read: {cold_misses} misses for {PAGES} pages"
+    );
+    assert!(
+        cold_accesses >= PAGES,
+        "cold read: {cold_accesses} accesses"
+    );
+    assert!(
+        warm_accesses >= PAGES,
+        "warm read: {warm_accesses} accesses for {PAGES} pages"
+    );
+    assert!(
+        warm_misses <= PAGES / 100,
+        "warm read: {warm_misses} misses"
+    );
+}
+
+/// `report atop`: a process burning one core shows about 100 % CPU (a % of
+/// one CPU, as atop counts), a sleeping one under 2 %.
+#[test]
+fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "counters,tasks", "--task-interval", "1s"],
+    );
+    let sleeper = thread::spawn(|| load(&["sleep", "5"]));
+    let burner = load(&["burn", "5"]);
+    let sleeper = sleeper.join().unwrap();
+    thread::sleep(Duration::from_millis(300));
+    recorder.stop();
+
+    let out = run(std::process::Command::new(bin("hindsight"))
+        .arg("report")
+        .arg("atop")
+        .arg(&rec)
+        .args(["--interval", "2s", "--top", "1000", "--format", "json"]));
+    assert!(
+        out.status.success(),
+        "report atop failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // (CPU %, seconds between the bounding samples) of each interval of a process.
+    let cpu_of = |pid: i64| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r["kind"] == "process" && r["pid"].as_i64() == Some(pid))
+            .map(|r| {
+                (
+                    r["cpu_pct"].as_f64().unwrap(),
+                    r["seconds"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let burning = cpu_of(burner["pid"].as_i64().unwrap());
+    let sleeping = cpu_of(sleeper["pid"].as_i64().unwrap());
+    assert!(
+        burning.len() >= 2,
+        "the burner spans several intervals: {burning:?}"
+    );
+    let seconds: f64 = burning.iter().map(|(_, s)| s).sum();
+    let average = burning.iter().map(|(p, s)| p * s).sum::<f64>() / seconds;
+    // Ground truth: the burner's own getrusage over its run. On a VM the
+    // hypervisor may steal part of "a full core"; the report must agree with
+    // what the process really got, and that must be about one core.
+    let own =
+        100.0 * burner["cpu_seconds"].as_f64().unwrap() / burner["wall_seconds"].as_f64().unwrap();
+    assert!(
+        (average - own).abs() <= 3.0,
+        "report {average:.1} % vs getrusage {own:.1} % ({burning:?})"
+    );
+    assert!(
+        (95.0..=105.0).contains(&average),
+        "burner CPU {average:.1} % ({burning:?}; getrusage {own:.1} %)"
+    );
+    assert!(
+        !sleeping.is_empty() && sleeping.iter().all(|(p, _)| *p < 2.0),
+        "sleeper CPU %: {sleeping:?}"
+    );
+    // The system lines are there too, and the CPUs are busy at least by the burner's share.
+    let total_busy: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["kind"] == "cpu" && r["cpu"] == "all")
+        .filter_map(|r| r["busy_pct"].as_f64())
+        .collect();
+    assert!(
+        total_busy.iter().any(|b| *b >= 45.0),
+        "one of two CPUs burning: {total_busy:?}"
+    );
+}

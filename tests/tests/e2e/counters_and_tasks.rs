@@ -1,0 +1,109 @@
+use std::fs;
+
+use crate::fixture::{load, quiet, shared, sql, sql_count, utc_now_ns, Recorder, Scratch};
+
+fn vmstat(name: &str) -> i64 {
+    let text = fs::read_to_string("/proc/vmstat").unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /proc/vmstat"))
+}
+
+/// The recorded pgfault counter moves exactly as /proc/vmstat does: the
+/// delta between the two samples that bound a fault-heavy workload equals
+/// the test's own reading around it, within 1 % (the samples are up to one
+/// interval wider than the test's window, which adds a little background).
+#[test]
+fn recorded_pgfault_deltas_match_proc_vmstat() {
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "counters", "--interval", "100ms"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (t1, before) = (utc_now_ns(), vmstat("pgfault"));
+    load(&["touch", "400000", "0"]);
+    let (t2, after) = (utc_now_ns(), vmstat("pgfault"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    recorder.stop();
+
+    let samples = |cond: &str, order: &str| {
+        let q = format!(
+            "SELECT value FROM counter WHERE source = 'vmstat' AND name = 'pgfault' AND scope IS NULL AND {cond} ORDER BY ts {order} LIMIT 1"
+        );
+        sql(&rec, &q)[0]["value"].as_i64().unwrap()
+    };
+    let start = samples(&format!("CAST(ts AS BIGINT) <= {t1}"), "DESC");
+    let end = samples(&format!("CAST(ts AS BIGINT) >= {t2}"), "ASC");
+    let (recorded, truth) = (end - start, after - before);
+    assert!(
+        truth >= 400_000,
+        "the workload faults once per page: {truth}"
+    );
+    assert!(
+        recorded >= truth && (recorded - truth) as f64 <= truth as f64 * 0.01,
+        "recorded delta {recorded} vs /proc/vmstat delta {truth}"
+    );
+    // Every source of the group is there.
+    let sources = sql(
+        &rec,
+        "SELECT DISTINCT CAST(source AS VARCHAR) AS s FROM counter ORDER BY s",
+    );
+    let sources: Vec<_> = sources
+        .iter()
+        .map(|r| r["s"].as_str().unwrap().to_string())
+        .collect();
+    for want in ["meminfo", "recorder", "stat", "vmstat"] {
+        assert!(
+            sources.iter().any(|s| s == want),
+            "no {want} counters in {sources:?}"
+        );
+    }
+}
+
+/// A process that touches N fresh pages shows at least N more minor faults
+/// in its task snapshots, and at least N recorded page faults.
+#[test]
+fn touched_pages_show_in_task_snapshots_and_fault_events() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "tasks,faults", "--task-interval", "300ms"],
+    );
+    const PAGES: i64 = 20_000;
+    let done = load(&["touch", &PAGES.to_string(), "1000"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    recorder.stop();
+    let pid = done["pid"].as_i64().unwrap();
+
+    let snapshots = sql_count(
+        &rec,
+        &format!("SELECT count(*) AS n FROM task_stat WHERE pid = {pid}"),
+    );
+    assert!(
+        snapshots >= 3,
+        "the 2 s workload spans several 300 ms snapshots: {snapshots}"
+    );
+    let grew = sql_count(
+        &rec,
+        &format!("SELECT max(minflt) - min(minflt) AS n FROM task_stat WHERE pid = {pid}"),
+    );
+    assert!(
+        grew >= PAGES,
+        "minflt grew by {grew}, expected at least {PAGES}"
+    );
+    let faults = sql_count(
+        &rec,
+        &format!("SELECT count(*) AS n FROM page_fault WHERE pid = {pid} AND NOT kernel"),
+    );
+    assert!(
+        faults >= PAGES,
+        "{faults} page_fault rows, expected at least {PAGES}"
+    );
+    assert!(
+        faults < PAGES + 5_000,
+        "{faults} page_fault rows for {PAGES} pages: too many"
+    );
+}
