@@ -158,28 +158,10 @@ impl Args {
     }
 }
 
-/// `30s`, `500ms`, `10m`, `2h`, `1d`; a bare number is seconds.
+/// A duration flag, in the grammar both programs share (`30s`, `1m30s`, `500ms`, `2h`).
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .with_context(|| format!("'{text}' is not a duration"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86400.0,
-        _ => bail!("'{text}': unknown unit '{unit}' (use ms, s, m, h or d)"),
-    };
-    if !(seconds.is_finite() && seconds > 0.0) {
-        bail!("'{text}' must be a positive duration");
-    }
-    Ok(Duration::from_secs_f64(seconds))
+    let ns = hindsight_schemas::time::parse_duration_ns(text).map_err(anyhow::Error::msg)?;
+    Ok(Duration::from_nanos(ns as u64))
 }
 
 /// `4096`, `64K`, `8M`, `1G` (binary multiples; `KiB` style suffixes too).

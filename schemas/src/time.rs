@@ -36,9 +36,78 @@ pub fn compact_utc(utc_ns: i64) -> String {
         .to_string()
 }
 
+/// Units a duration may be written in; longer suffixes first, so `ms` is
+/// not read as `m` then `s`.
+const DURATION_UNITS: &[(&str, f64)] = &[
+    ("min", 60e9),
+    ("ms", 1e6),
+    ("us", 1e3),
+    ("ns", 1.0),
+    ("d", 86_400e9),
+    ("h", 3_600e9),
+    ("m", 60e9),
+    ("s", 1e9),
+];
+
+/// Parses a duration the way both programs' flags take it: one or more
+/// `<number><unit>` terms (`10s`, `1m30s`, `1.5h`, `250ms`), units `ns`,
+/// `us`, `ms`, `s`, `m`/`min`, `h`, `d`; a bare number is seconds. Returns
+/// nanoseconds, always positive.
+pub fn parse_duration_ns(text: &str) -> Result<i64, String> {
+    let bad = || format!("'{text}' is not a duration (examples: 10s, 1m30s, 500ms, 2h, 7d)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let scale = if rest.is_empty() && total == 0.0 {
+            1e9
+        } else {
+            let &(unit, scale) = DURATION_UNITS
+                .iter()
+                .find(|(u, _)| rest.starts_with(u))
+                .ok_or_else(bad)?;
+            rest = &rest[unit.len()..];
+            scale
+        };
+        total += number * scale;
+    }
+    if !(total.is_finite() && total >= 1.0 && total < i64::MAX as f64) {
+        return Err(format!("'{text}' must be a positive duration"));
+    }
+    Ok(total.round() as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_like_people_write_them() {
+        let cases = [
+            ("30s", 30_000_000_000),
+            ("500ms", 500_000_000),
+            ("10m", 600_000_000_000),
+            ("1m30s", 90_000_000_000),
+            ("1.5h", 5_400_000_000_000),
+            ("2min", 120_000_000_000),
+            ("1d", 86_400_000_000_000),
+            ("7", 7_000_000_000),
+            ("7ns", 7),
+        ];
+        for (text, ns) in cases {
+            assert_eq!(parse_duration_ns(text), Ok(ns), "{text}");
+        }
+        for bad in ["", "s", "-1s", "10x", "0", "0s", "1s2", "99999999999d"] {
+            assert!(parse_duration_ns(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn boot_clock_converts_with_offset() {
