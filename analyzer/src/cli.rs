@@ -36,6 +36,25 @@ pub enum Command {
     Info(InfoArgs),
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Record (as root): runs `hindsight-record` with the same arguments.
+    ///
+    /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
+    /// `git foo` runs `git-foo`: hindsight-record is looked for next to this program,
+    /// then on PATH. `hindsight record --help` shows its flags.
+    #[command(disable_help_flag = true)]
+    Record(RecordArgs),
+}
+
+/// Arguments passed through to `hindsight-record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Arguments for hindsight-record, as they are.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// Interval reports (atop, faults, numa, cachetop), each one SQL query.
@@ -227,6 +246,9 @@ pub enum Action {
         recordings: Vec<PathBuf>,
         options: report::Options,
     },
+    Record {
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 impl FormatArg {
@@ -250,6 +272,7 @@ impl Cli {
                 query: a.query,
                 format: a.format.format(),
             },
+            Command::Record(a) => Action::Record { args: a.args },
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,
@@ -307,5 +330,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["hindsight", "sql", "SELECT 1"]).is_err());
+    }
+
+    #[test]
+    fn record_passes_every_argument_through() {
+        let cli = Cli::try_parse_from(["hindsight", "record", "-o", "rec", "--help"]).unwrap();
+        match cli.resolve().action {
+            Action::Record { args } => assert_eq!(args, ["-o", "rec", "--help"]),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -120,8 +120,28 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
             other => other?,
         },
+        cli::Action::Record { args } => return exec_recorder(&args),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Replaces this process with `hindsight-record ARGS`: the sibling of this
+/// binary when there is one (an installed pair), else the one on PATH. The
+/// analyzer only runs the recorder; it never links it.
+fn exec_recorder(args: &[std::ffi::OsString]) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    const RECORDER: &str = "hindsight-record";
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(RECORDER)));
+    let program = sibling
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(RECORDER));
+    let error = std::process::Command::new(&program).args(args).exec();
+    Err(anyhow::anyhow!(
+        "cannot run {}: {error} (install hindsight-record next to hindsight or on PATH)",
+        program.display()
+    ))
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

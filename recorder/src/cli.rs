@@ -47,8 +47,13 @@ CAP_BPF+CAP_PERFMON, BTF at /sys/kernel/btf/vmlinux).";
 #[command(name = "hindsight-record", version, after_help = AFTER_HELP)]
 pub struct Args {
     /// Recording directory: created if missing; an existing recording is appended to.
-    #[arg(short, long, value_name = "DIR")]
-    pub output: PathBuf,
+    #[arg(
+        short,
+        long,
+        value_name = "DIR",
+        required_unless_present = "list_events"
+    )]
+    pub output: Option<PathBuf>,
 
     /// Stop after this long (e.g. 30s, 10m, 2h); without it, record until SIGINT/SIGTERM.
     #[arg(short, long, value_name = "TIME", value_parser = parse_duration)]
@@ -144,8 +149,11 @@ impl Args {
                 UsageError("--ring-size must be a power of two between 64K and 1G".into()).into(),
             );
         }
+        let output = self
+            .output
+            .ok_or_else(|| UsageError("--output DIR is required".into()))?;
         Ok(Config {
-            output: self.output,
+            output,
             duration: self.duration,
             events,
             chunk: self.chunk,
@@ -218,7 +226,7 @@ mod tests {
     #[test]
     fn events_default_to_always_on_groups_and_reject_unknown_ones() {
         let args = |events: &[&str]| Args {
-            output: "x".into(),
+            output: Some("x".into()),
             duration: None,
             events: events.iter().map(|s| s.to_string()).collect(),
             chunk: Duration::from_secs(60),
