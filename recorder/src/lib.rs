@@ -15,7 +15,9 @@
 //! - it never links DataFusion: reading recordings is the analyzer's job.
 //!
 //! The path of an event: `bpf/*.bpf.c` → ring buffer → [`decode`] →
-//! [`rows`] builders → [`sink`] → Parquet, driven by [`recorder`].
+//! [`rows`] builders → [`writer`] thread → [`sink`] → Parquet, driven by
+//! [`recorder`]. Timed sources ([`counters`], [`tasks`], [`cache`]) fill
+//! their rows from the same loop.
 
 pub mod bpf;
 pub mod cache;
@@ -31,6 +33,7 @@ pub mod recording;
 pub mod rows;
 pub mod sink;
 pub mod tasks;
+pub mod writer;
 
 use std::process::ExitCode;
 

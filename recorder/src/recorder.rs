@@ -27,8 +27,9 @@ use crate::{
     procfs::{clock_ticks_per_second, page_size, Procfs},
     recording::Recording,
     rows::{AllRows, ProcessRow},
-    sink::{FileStamp, TableSink},
+    sink::FileStamp,
     tasks::TaskReader,
+    writer::Writer,
 };
 
 /// Longest the loop sleeps before it drains the ring and checks the clock and signals.
@@ -78,9 +79,8 @@ pub struct Summary {
 struct Collector {
     decoder: Decoder,
     rows: AllRows,
-    sinks: Vec<TableSink>,
+    writer: Writer,
     file_name: String,
-    files: usize,
     /// Records received from the kernel, for the recorder's own counters.
     events: u64,
     /// The first write failure; the loop stops on it.
@@ -115,7 +115,7 @@ impl Collector {
         Ok(())
     }
 
-    /// Writes a table's buffered rows as one row group of the open chunk.
+    /// Hands a table's buffered rows to the writer, as one row group of the open chunk.
     fn flush(&mut self, table: &str) -> anyhow::Result<()> {
         let Some(rows) = self.rows.get(table) else {
             return Ok(());
@@ -123,13 +123,9 @@ impl Collector {
         if rows.is_empty() {
             return Ok(());
         }
+        let table = rows.table();
         let batch = rows.finish();
-        let sink = self
-            .sinks
-            .iter_mut()
-            .find(|s| s.table().name == table)
-            .expect("a sink per table");
-        sink.write(&batch, &self.file_name)
+        self.writer.write(table, batch, &self.file_name)
     }
 
     /// Flushes every table and closes the chunk's files.
@@ -137,16 +133,11 @@ impl Collector {
         for table in hindsight_schemas::TABLES {
             self.flush(table.name)?;
         }
-        for sink in &mut self.sinks {
-            if sink.close_chunk()?.is_some() {
-                self.files += 1;
-            }
-        }
-        Ok(())
+        self.writer.close_chunk()
     }
 
     fn bytes_written(&self) -> u64 {
-        self.sinks.iter().map(|s| s.bytes_written).sum()
+        self.writer.stats.bytes_written.load(Ordering::Relaxed)
     }
 }
 
@@ -407,18 +398,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
     recording.save()?;
-    let sinks = hindsight_schemas::TABLES
-        .iter()
-        .map(|t| TableSink::new(&recording.dir, t, &stamp))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let writer = Writer::start(&recording.dir, &stamp)?;
     let mut seq = 0u64;
     let collector = Rc::new(RefCell::new(Collector {
         decoder: Decoder::new(offset),
         rows: AllRows::default(),
-        sinks,
+        writer,
         events: 0,
         file_name: layout::chunk_file_name(clock::utc_now_ns(), seq),
-        files: 0,
         failure: None,
         decode_errors: 0,
     }));
@@ -578,21 +565,19 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
     }
     let closed = c.close_chunk();
+    let rows = c.writer.join();
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));
     let saved = recording.save();
     if let Some(e) = failure {
         return Err(e);
     }
     closed?;
+    let rows = rows?;
     saved?;
     Ok(Summary {
-        rows: c
-            .sinks
-            .iter()
-            .map(|s| (s.table().name, s.rows_written))
-            .collect(),
+        rows,
         bytes: c.bytes_written(),
         lost: lost_total,
-        files: c.files,
+        files: c.writer.stats.files.load(Ordering::Relaxed) as usize,
     })
 }
