@@ -141,18 +141,21 @@ impl Procfs {
     }
 }
 
+/// The CPUs of a kernel CPU list such as `0-3,8,10-11`; junk is ignored.
+pub fn parse_cpu_list(list: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(first), Ok(last)) = (first.trim().parse::<u32>(), last.trim().parse::<u32>()) {
+            cpus.extend(first..=last.min(first.saturating_add(65535)));
+        }
+    }
+    cpus
+}
+
 /// Counts the CPUs (or nodes) in a kernel list like `0-3,8,10-11`.
 pub fn count_cpu_list(list: &str) -> Option<u32> {
-    let mut count = 0;
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        count += match part.split_once('-') {
-            Some((a, b)) => b.trim().parse::<u32>().ok()? - a.trim().parse::<u32>().ok()? + 1,
-            None => {
-                part.trim().parse::<u32>().ok()?;
-                1
-            }
-        };
-    }
+    let count = parse_cpu_list(list).len() as u32;
     (count > 0).then_some(count)
 }
 
@@ -282,6 +285,20 @@ mod tests {
                 numa_nodes: 2
             }
         );
+    }
+
+    #[test]
+    fn cpu_lists_parse_like_the_kernel_prints_them() {
+        let cases: [(&str, &[u32]); 5] = [
+            ("0-3\n", &[0, 1, 2, 3]),
+            ("0,2,4-5", &[0, 2, 4, 5]),
+            ("", &[]),
+            ("\n", &[]),
+            ("7,x,9-8", &[7]),
+        ];
+        for (list, want) in cases {
+            assert_eq!(parse_cpu_list(list), want, "{list:?}");
+        }
     }
 
     #[test]
