@@ -149,6 +149,8 @@ fn new_meta(host: &str) -> RecordingMeta {
         schema_version: SCHEMA_VERSION,
         host: host.into(),
         sessions: Vec::new(),
+        retired: Vec::new(),
+        slice_of: None,
     }
 }
 

@@ -22,6 +22,45 @@ pub struct RecordingMeta {
     pub host: String,
     /// One entry per run of the recorder into this directory, oldest first.
     pub sessions: Vec<Session>,
+    /// What retention deleted, oldest first, so `info` can say which
+    /// periods the recording no longer covers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<Retired>,
+    /// Set when `hindsight slice` cut this recording from another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_of: Option<SliceOrigin>,
+}
+
+/// Chunks of one table that retention deleted in one pass.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Retired {
+    pub table: String,
+    /// UTC, RFC 3339: the start of the oldest deleted chunk.
+    pub from: String,
+    /// UTC, RFC 3339: the end of the newest deleted chunk (where what is
+    /// left of the table begins).
+    pub to: String,
+    /// UTC, RFC 3339: when they were deleted.
+    pub deleted_at: String,
+    /// Why: `max-size` or `max-age`.
+    pub reason: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Where a slice came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SliceOrigin {
+    /// The source recording's directory, as given to `slice`.
+    pub source: String,
+    /// UTC, RFC 3339: the window kept, `from` inclusive, `to` exclusive.
+    pub from: String,
+    pub to: String,
+    /// Only these processes were kept (empty: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<i32>,
+    /// UTC, RFC 3339: when the slice was made.
+    pub made_at: String,
 }
 
 /// One run of `hindsight-record`.

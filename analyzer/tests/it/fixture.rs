@@ -119,6 +119,8 @@ pub fn meta(host: &str) -> RecordingMeta {
             skipped_probes: vec!["sched:sched_stick_numa".into()],
             ..Default::default()
         }],
+        retired: Vec::new(),
+        slice_of: None,
     }
 }
 
