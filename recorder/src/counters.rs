@@ -11,12 +11,13 @@
 
 use std::{
     fs::File,
-    io,
-    os::unix::fs::FileExt,
     path::{Path, PathBuf},
 };
 
-use crate::{procfs::Procfs, rows::CounterRows};
+use crate::{
+    procfs::{pread_all, Procfs},
+    rows::CounterRows,
+};
 
 /// The column names of a `cpu` line of `/proc/stat`, in the kernel's order.
 const CPU_FIELDS: [&str; 10] = [
@@ -75,23 +76,6 @@ impl KernelFile {
                 self.file = None;
                 false
             }
-        }
-    }
-}
-
-/// Reads the whole file from offset 0 into `buf`, reusing its capacity.
-fn pread_all(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
-    buf.clear();
-    loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 * 1024);
-        }
-        let filled = buf.len();
-        buf.resize(buf.capacity(), 0);
-        let read = file.read_at(&mut buf[filled..], filled as u64);
-        buf.truncate(filled + *read.as_ref().unwrap_or(&0));
-        if read? == 0 {
-            return Ok(());
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The recording loop: drain the ring buffer into Arrow builders, hand full
 //! batches to the sinks, roll chunks, count losses, stop cleanly.
 //!
-//! One thread does it all. The loop sleeps in the ring buffer's epoll for
-//! at most [`POLL_INTERVAL`] (never spins), and a signal only sets a flag
-//! that the loop reads, so every stop goes through the same orderly close.
+//! One thread decodes and reads; a writer thread encodes and writes. The
+//! loop sleeps in the ring buffer's epoll for at most [`POLL_INTERVAL`], or,
+//! with no ring open, until the next timer (never spins), and a signal only
+//! sets a flag that the loop reads, so every stop goes through the same
+//! orderly close.
 
 use std::{
     cell::RefCell,
@@ -34,6 +36,9 @@ use crate::{
 
 /// Longest the loop sleeps before it drains the ring and checks the clock and signals.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest the loop sleeps when no ring buffer is open (counters and
+/// snapshots only).
+const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
 /// How often per-CPU loss counters are read into `loss` rows.
 const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they are written as one row group:
@@ -231,6 +236,14 @@ impl Periodic {
         }
     }
 
+    /// The earliest moment a reader is due.
+    fn next_due(&self) -> Option<Instant> {
+        let counters = self.counters.as_ref().map(|(_, _, next)| *next);
+        let tasks = self.tasks.as_ref().map(|(_, _, next)| *next);
+        let page_cache = self.page_cache.as_ref().map(|(_, next)| *next);
+        [counters, tasks, page_cache].into_iter().flatten().min()
+    }
+
     /// Reads whatever is due (everything when `force`, to bound the end of
     /// the recording with a final sample).
     fn run_due(
@@ -276,6 +289,18 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
         next += every;
     }
     next
+}
+
+/// Sleeps for `duration` or until a signal arrives, whichever is first
+/// (`nanosleep` is never restarted after a handler runs; `thread::sleep`
+/// would sleep on through SIGINT).
+fn sleep_interruptibly(duration: Duration) {
+    let request = libc::timespec {
+        tv_sec: duration.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(duration.subsec_nanos() as i32),
+    };
+    // SAFETY: nanosleep reads the timespec we own; the remainder is unused.
+    unsafe { libc::nanosleep(&request, std::ptr::null_mut()) };
 }
 
 /// The recorder's own cost, recorded like any other source.
@@ -498,7 +523,23 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 }
             }
             None => {
-                std::thread::sleep(POLL_INTERVAL);
+                // Nothing streams in: sleep until the next timer, which at
+                // the default 1 s interval is one wake-up a second, not ten.
+                let wake = [
+                    periodic.next_due(),
+                    Some(chunk_deadline),
+                    (!lost_maps.is_empty()).then_some(next_loss_read),
+                    deadline,
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                // At most a second: a signal that lands between the stop
+                // check and the sleep is then seen a second late at worst.
+                let until_wake = wake.map_or(MAX_IDLE_SLEEP, |w| {
+                    w.saturating_duration_since(Instant::now())
+                });
+                sleep_interruptibly(until_wake.min(MAX_IDLE_SLEEP));
                 0
             }
         };
@@ -519,7 +560,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
         let mut c = collector.borrow_mut();
         if now >= next_loss_read {
-            next_loss_read = now + LOSS_INTERVAL;
+            next_loss_read = next_tick(next_loss_read, LOSS_INTERVAL, now);
             match losses.read(&lost_maps, &mut c) {
                 Ok(n) => lost_total += n,
                 Err(e) => eprintln!("hindsight-record: warning: {e:#}"),
