@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::catalog;
 use crate::output::Format;
 use crate::report::{self, Interval};
+use crate::when::{self, When};
 
 /// SQL, reports and exports over hindsight recordings, as any user.
 #[derive(Debug, Parser)]
@@ -187,12 +188,15 @@ pub struct ReportArgs {
     /// Interval length: 10s, 1m, 1m30s, 500ms (units h, m, s, ms, us, ns).
     #[arg(long, short = 'i', value_name = "DURATION", default_value = "10s", value_parser = Interval::parse)]
     pub interval: Interval,
-    /// Only intervals from this time on (RFC 3339, 2024-05-01T12:00:00Z), aligned down to the interval.
-    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
-    pub from: Option<i64>,
-    /// Only samples and events before this time (RFC 3339).
-    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
-    pub to: Option<i64>,
+    /// Only intervals from this time on, aligned down to the interval. TIME: RFC 3339
+    /// (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the recording's last event (the
+    /// day before when that is later than the last event); -15m before the last event; +10m
+    /// after the first.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// Only samples and events before this time (same forms as --from).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
     /// Processes per interval, the busiest first (numa lists every process).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,

@@ -19,6 +19,8 @@
 //! - [`info`]: the `info` command's summary.
 //! - [`report`]: interval reports (atop, faults, numa, cachetop), one SQL
 //!   statement each, a module per report.
+//! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
+//!   day, relative to the recording's end or start).
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -42,6 +44,7 @@ pub mod info;
 pub mod output;
 pub mod recording;
 pub mod report;
+pub mod when;
 
 pub use catalog::query_batches;
 pub use recording::{Recording, RecordingError};
