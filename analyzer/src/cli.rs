@@ -37,6 +37,7 @@ pub enum Command {
     Info(InfoArgs),
     #[command(subcommand)]
     Report(ReportCommand),
+    Slice(SliceArgs),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -179,6 +180,40 @@ pub struct InfoArgs {
     pub format: InfoFormatArg,
 }
 
+/// Cut a smaller, complete recording: a time window, optionally some processes.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Cut a smaller, complete recording out of RECORDING: the rows with FROM <= ts < TO, to attach to a ticket. Every hindsight command (and DuckDB) reads it like any recording; its recording.json says what it is a slice of.
+
+What is kept: every table with a `ts` column, the rows in the window (with --pid, only rows whose process columns — `pid`, `prev_pid`, `next_pid`, `waker_pid`, any `<role>_pid` — hold one of the pids; tables without one, such as `counter` and `loss`, are about the system and kept whole for the window). `counter` and `task_stat` also keep each series' last sample in the ten minutes before FROM, so the first interval of a report has the same baseline as in the source. `process` also keeps, for every process and thread id in the kept rows, that thread's latest row before FROM, so every name and command line is known. `stack` and `frame` keep only what kept rows use. Sessions that do not overlap the window and the list of retired files are left out.
+
+TIME is one of: RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the recording's last event (the day before when that is later than the last event); -15m, that long before the last event; +10m, that long after the first.
+
+OUT must not exist or be an empty directory. The slice is written into a hidden sibling directory and renamed to OUT when complete, so a failure leaves nothing that looks like a recording.
+
+Examples:
+  hindsight slice rec/ --from 14:05 --to 14:20 -o ticket-4711/
+  hindsight slice rec/ --from -15m -o last15/
+  hindsight slice rec/ --from 2024-05-01T12:00:00Z --to +1h --pid 4242 --pid 4243 -o slow-db/"
+)]
+pub struct SliceArgs {
+    /// The recording to cut from.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+    /// Start of the window, inclusive (default: the first event). See TIME below.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// End of the window, exclusive (default: just after the last event).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
+    /// Keep only rows of these processes (repeat, or comma-separated).
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<i32>,
+    /// The new recording's directory: must not exist, or be empty.
+    #[arg(long, short = 'o', value_name = "OUT")]
+    pub output: PathBuf,
+}
+
 /// The flags every report takes.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -253,6 +288,7 @@ pub enum Action {
     Record {
         args: Vec<std::ffi::OsString>,
     },
+    Slice(crate::slice::Request),
 }
 
 impl FormatArg {
@@ -277,6 +313,13 @@ impl Cli {
                 format: a.format.format(),
             },
             Command::Record(a) => Action::Record { args: a.args },
+            Command::Slice(a) => Action::Slice(crate::slice::Request {
+                source: a.recording,
+                from: a.from,
+                to: a.to,
+                pids: crate::slice::normalize_pids(&a.pid),
+                output: a.output,
+            }),
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,

@@ -172,7 +172,7 @@ impl Env {
     /// Fails when `--from`/`--to` do not resolve against the recordings.
     pub fn new(options: &Options, recordings: &[Recording]) -> Result<Env> {
         let (from, to) = when::resolve_window(options.from, options.to, time_range(recordings))
-            .map_err(anyhow::Error::msg)?;
+            .map_err(crate::UsageError)?;
         let hosts = catalog::host_labels(recordings);
         let fault_samples = recordings
             .iter()
@@ -378,6 +378,13 @@ impl Deltas<'_> {
     }
 }
 
+/// What identifies one series of `counter`: its cumulative values are
+/// comparable only within it.
+pub const COUNTER_SERIES: &[&str] = &["source", "name", "scope"];
+
+/// What identifies one process in `task_stat`: a reused pid is a new series.
+pub const TASK_SERIES: &[&str] = &["pid", "start_time_ns"];
+
 /// `counter_delta` (and `counter_delta_step`): the counters `filter`
 /// selects, per series (`source`, `name`, `scope`) and interval, with
 /// `delta` (the change, for cumulative counters) and `last` (the value at the
@@ -386,7 +393,7 @@ pub fn counter_deltas(env: &Env, filter: &str) -> String {
     Deltas {
         name: "counter_delta",
         table: "counter",
-        keys: &["source", "name", "scope"],
+        keys: COUNTER_SERIES,
         counters: &[("delta", "value")],
         gauges: &[("last", "value")],
         filter,
@@ -403,7 +410,7 @@ pub fn task_deltas(env: &Env) -> String {
     Deltas {
         name: "task_delta",
         table: "task_stat",
-        keys: &["pid", "start_time_ns"],
+        keys: TASK_SERIES,
         counters: &[
             ("cpu_ns", "utime_ns + stime_ns"),
             ("minflt", "minflt"),

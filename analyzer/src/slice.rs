@@ -1,0 +1,822 @@
+//! `hindsight slice`: a smaller, complete recording cut from another, to
+//! attach to a ticket.
+//!
+//! The slice has the recorder's layout and encoding (`schemas::layout`:
+//! one folder a table, chunk names, key-value metadata, writer properties,
+//! each file sorted by its table's sort key), so every command, and DuckDB,
+//! reads it like any recording. Which rows it keeps:
+//!
+//! - a table with a `ts` column: rows with `from <= ts < to`, read chunk by
+//!   chunk (a chunk is skipped by its footer's `ts` range), one output chunk
+//!   per source chunk that kept rows;
+//! - with `--pid`: only rows whose process columns (`pid` and every
+//!   `<role>_pid`, such as `prev_pid`, `next_pid`, `waker_pid`) hold one of
+//!   the pids. A table without a process column (`counter`, `loss`) is kept
+//!   whole for the window: it is about the system;
+//! - cumulative tables (`counter`, `task_stat`): also each series' last sample
+//!   in the ten minutes before `from`, so the window's first interval has the
+//!   same baseline as in the source and every delta report agrees with it;
+//! - `process`: also, for every process or thread id found in the kept rows
+//!   (columns `pid`, `tid`, `ppid`, `<role>_pid`, `<role>_tid`), that
+//!   thread's latest `process` row before `from`, so names and command lines
+//!   of everything in the window are known;
+//! - reference tables, when this build has them: `stack`, only the stacks
+//!   whose `stack_id` a kept row uses (columns `stack_id` and
+//!   `<role>_stack_id`), and `frame`, only the frames those stacks use. Any
+//!   other table without `ts` is copied whole.
+//!
+//! `recording.json` is the source's, with only the sessions that overlap
+//! the window, no `retired` list (what retention deleted is not in the
+//! slice's scope) and `slice_of` saying where it came from.
+//!
+//! The output is written into a hidden sibling directory
+//! (`.<name>.<pid>.tmp`) with the recorder's protocol per file (temp name,
+//! close, fsync, rename), and renamed to its name only when complete: a
+//! failure leaves no directory that looks like a recording. Memory is one
+//! source chunk's kept rows (they are sorted), not a table.
+
+use std::collections::BTreeSet;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::BufWriter;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::TimestampNanosecondType;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::MemTable;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use hindsight_schemas::meta::{RecordingMeta, SliceOrigin};
+use hindsight_schemas::time::rfc3339;
+use hindsight_schemas::{layout, ColumnType, Table, TABLES};
+use parquet::arrow::ArrowWriter;
+use parquet::file::metadata::ParquetMetaDataReader;
+
+use crate::catalog;
+use crate::recording::{Chunk, Recording};
+use crate::report::{self, timestamp, LOOKBACK_NS};
+use crate::when::When;
+use crate::UsageError;
+
+/// Mode of the slice's files and folders: recordings hold command lines.
+const FILE_MODE: u32 = 0o640;
+const DIR_MODE: u32 = 0o750;
+
+/// Rows per row group of a slice's chunk: the recorder's batch size.
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// What to cut.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub source: PathBuf,
+    /// Default: the source's first event.
+    pub from: Option<When>,
+    /// Default: just after the source's last event.
+    pub to: Option<When>,
+    /// Empty: every process.
+    pub pids: Vec<i32>,
+    pub output: PathBuf,
+}
+
+/// What was written, per table.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub from: i64,
+    pub to: i64,
+    /// `(table, files, rows)`, every table that kept rows.
+    pub tables: Vec<(&'static str, usize, u64)>,
+}
+
+/// Cuts the slice; see the module doc.
+pub async fn run(req: &Request, threads: usize) -> Result<Outcome> {
+    let source = Recording::open(&req.source)?;
+    check_output(&req.output)?;
+    let range = source.time_range();
+    let from = req.from.unwrap_or(When::AfterStart(0));
+    let to = req.to.map_or_else(
+        // Just after the last event, so the last event is in the slice.
+        || Ok(range.map_or(0, |(_, end)| end.saturating_add(1))),
+        |w| w.resolve(range),
+    );
+    let (from, to) = match (from.resolve(range), to) {
+        (Ok(f), Ok(t)) if f < t => (f, t),
+        (Ok(f), Ok(t)) => {
+            return Err(UsageError(format!(
+                "--from {} is not before --to {}",
+                rfc3339(f),
+                rfc3339(t)
+            ))
+            .into())
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(UsageError(e).into()),
+    };
+
+    let staging = Staging::new(&req.output)?;
+    let mut slicer = Slicer {
+        source: &source,
+        from,
+        to,
+        pids: &req.pids,
+        out: staging.dir.clone(),
+        threads: threads.max(1),
+        written: Vec::new(),
+    };
+    let meta = slice_meta(&source, req, from, to);
+    let meta_path = staging.dir.join(layout::RECORDING_FILE);
+    write_file(&meta_path, meta.to_json().as_bytes())?;
+
+    for &table in TABLES {
+        if table.name == "process" || is_reference(table) {
+            continue;
+        }
+        if has_ts(table) {
+            slicer.window(table).await?;
+        } else {
+            slicer.copy_whole(table).await?;
+        }
+    }
+    if let Some(process) = hindsight_schemas::tables::table("process") {
+        slicer.window(process).await?;
+        slicer.process_before(process).await?;
+    }
+    slicer.references().await?;
+
+    fs::File::open(&staging.dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("fsync {}", staging.dir.display()))?;
+    let written = std::mem::take(&mut slicer.written);
+    staging.commit()?;
+    // What was renamed must read as a recording.
+    Recording::open(&req.output)?;
+    Ok(Outcome {
+        from,
+        to,
+        tables: written,
+    })
+}
+
+/// The output must not exist, or be an empty directory.
+fn check_output(out: &Path) -> Result<()> {
+    match fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(UsageError(format!(
+                    "{}: exists and is not empty; slice writes a new recording",
+                    out.display()
+                ))
+                .into());
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) if out.exists() => Err(UsageError(format!(
+            "{}: exists and is not an empty directory",
+            out.display()
+        ))
+        .into()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", out.display())),
+    }
+}
+
+/// The hidden directory the slice is written in, removed unless committed.
+struct Staging {
+    dir: PathBuf,
+    target: PathBuf,
+    committed: bool,
+}
+
+impl Staging {
+    fn new(target: &Path) -> Result<Staging> {
+        let name = target
+            .file_name()
+            .ok_or_else(|| UsageError(format!("{}: not a directory name", target.display())))?;
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let dir = parent.join(format!(
+            ".{}.{}{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            layout::TEMP_SUFFIX
+        ));
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Staging {
+            dir,
+            target: target.to_path_buf(),
+            committed: false,
+        })
+    }
+
+    /// Renames the finished slice to its name (replacing an empty
+    /// directory) and makes the rename durable.
+    fn commit(mut self) -> Result<()> {
+        fs::rename(&self.dir, &self.target).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                self.dir.display(),
+                self.target.display()
+            )
+        })?;
+        self.committed = true;
+        if let Some(parent) = self.target.parent().filter(|p| p.is_dir()) {
+            File::open(parent)
+                .and_then(|d| d.sync_all())
+                .with_context(|| format!("fsync {}", parent.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The source's description, narrowed to the window.
+fn slice_meta(source: &Recording, req: &Request, from: i64, to: i64) -> RecordingMeta {
+    let mut meta = source.meta.clone();
+    meta.sessions.retain(|s| {
+        let started = report::parse_time(&s.started).unwrap_or(i64::MIN);
+        let stopped = s
+            .stopped
+            .as_deref()
+            .map_or(Ok(i64::MAX), report::parse_time);
+        started < to && stopped.unwrap_or(i64::MAX) >= from
+    });
+    meta.retired.clear();
+    meta.slice_of = Some(SliceOrigin {
+        source: req.source.display().to_string(),
+        from: rfc3339(from),
+        to: rfc3339(to),
+        pids: req.pids.clone(),
+        made_at: rfc3339(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)),
+    });
+    meta
+}
+
+fn has_ts(table: &Table) -> bool {
+    table
+        .column("ts")
+        .is_some_and(|c| c.kind == ColumnType::Timestamp)
+}
+
+/// `stack` and `frame` are cut by what the kept rows use, not by time.
+fn is_reference(table: &Table) -> bool {
+    matches!(table.name, "stack" | "frame")
+}
+
+/// The columns that name a process: `pid` and `<role>_pid`.
+fn process_columns(table: &Table) -> Vec<&'static str> {
+    table
+        .columns
+        .iter()
+        .filter(|c| c.kind == ColumnType::Int32 && (c.name == "pid" || c.name.ends_with("_pid")))
+        .map(|c| c.name)
+        .collect()
+}
+
+/// The columns that name a process or a thread, whose `process` rows
+/// before the window the slice keeps.
+fn id_columns(table: &Table) -> Vec<&'static str> {
+    table
+        .columns
+        .iter()
+        .filter(|c| {
+            c.kind == ColumnType::Int32
+                && (matches!(c.name, "pid" | "tid" | "ppid")
+                    || c.name.ends_with("_pid")
+                    || c.name.ends_with("_tid"))
+        })
+        .map(|c| c.name)
+        .collect()
+}
+
+/// The columns that reference a stack: `stack_id` and `<role>_stack_id`.
+fn stack_columns(table: &Table) -> Vec<&'static str> {
+    table
+        .columns
+        .iter()
+        .filter(|c| c.name == "stack_id" || c.name.ends_with("_stack_id"))
+        .map(|c| c.name)
+        .collect()
+}
+
+/// The series of a cumulative table, whose last sample before the window
+/// is kept as a baseline: the keys the reports' deltas use.
+fn series_keys(table: &Table) -> Option<&'static [&'static str]> {
+    match table.name {
+        "counter" => Some(report::COUNTER_SERIES),
+        "task_stat" => Some(report::TASK_SERIES),
+        _ => None,
+    }
+}
+
+fn quoted(column: &str) -> String {
+    format!("\"{column}\"")
+}
+
+fn select_columns(table: &Table) -> String {
+    table
+        .columns
+        .iter()
+        .map(|c| quoted(c.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn order_by(table: &Table) -> String {
+    if table.sort_key.is_empty() {
+        return String::new();
+    }
+    let keys: Vec<String> = table
+        .sort_key
+        .iter()
+        .map(|k| format!("{} ASC NULLS LAST", quoted(k)))
+        .collect();
+    format!(" ORDER BY {}", keys.join(", "))
+}
+
+struct Slicer<'a> {
+    source: &'a Recording,
+    from: i64,
+    to: i64,
+    pids: &'a [i32],
+    out: PathBuf,
+    threads: usize,
+    /// `(table, files, rows)` written so far.
+    written: Vec<(&'static str, usize, u64)>,
+}
+
+impl<'a> Slicer<'a> {
+    fn context(&self) -> SessionContext {
+        SessionContext::new_with_config(SessionConfig::new().with_target_partitions(self.threads))
+    }
+
+    fn chunks(&self, table: &Table) -> &'a [Chunk] {
+        self.source
+            .table(table.name)
+            .map_or(&[][..], |t| t.chunks.as_slice())
+    }
+
+    /// Chunks that may hold rows with `lo <= ts < hi`.
+    fn chunks_between(&self, table: &Table, lo: i64, hi: i64) -> Vec<&'a Chunk> {
+        self.chunks(table)
+            .iter()
+            .filter(|c| match c.ts_range {
+                Some((min, max)) => min < hi && max >= lo,
+                None => c.rows > 0,
+            })
+            .collect()
+    }
+
+    /// The `--pid` condition on `table`'s rows; `TRUE` without `--pid` or
+    /// for a system-wide table.
+    fn pid_filter(&self, table: &Table) -> String {
+        let columns = process_columns(table);
+        if self.pids.is_empty() || columns.is_empty() {
+            return "TRUE".into();
+        }
+        let list = self
+            .pids
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let terms: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{} IN ({list})", quoted(c)))
+            .collect();
+        format!("({})", terms.join(" OR "))
+    }
+
+    /// The rows of `table` in the window, one output chunk per source
+    /// chunk; for a cumulative table, the baseline samples too.
+    async fn window(&mut self, table: &'static Table) -> Result<()> {
+        let condition = format!(
+            "\"ts\" >= {} AND \"ts\" < {} AND {}",
+            timestamp(self.from),
+            timestamp(self.to),
+            self.pid_filter(table)
+        );
+        let sql = format!(
+            "SELECT {} FROM t WHERE {condition}{}",
+            select_columns(table),
+            order_by(table)
+        );
+        if let Some(keys) = series_keys(table) {
+            let chunks = self.chunks_between(table, self.from - LOOKBACK_NS, self.from);
+            self.baseline(table, keys, &chunks).await?;
+        }
+        for chunk in self.chunks_between(table, self.from, self.to) {
+            let ctx = self.context();
+            ctx.register_table("t", files_table(table, &[chunk.path.clone()])?)?;
+            let stream = query(&ctx, &sql).await?;
+            let stamp = stamp_of(&chunk.path, self.source);
+            self.write(table, stream, &stamp).await?;
+        }
+        Ok(())
+    }
+
+    /// Each series' last sample in the lookback before the window.
+    async fn baseline(
+        &mut self,
+        table: &'static Table,
+        keys: &[&str],
+        chunks: &[&Chunk],
+    ) -> Result<()> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let paths: Vec<PathBuf> = chunks.iter().map(|c| c.path.clone()).collect();
+        let ctx = self.context();
+        ctx.register_table("t", files_table(table, &paths)?)?;
+        let keys: Vec<String> = keys.iter().map(|k| quoted(k)).collect();
+        let sql = format!(
+            "SELECT {cols} FROM (
+               SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY \"ts\" DESC) AS hs_rank
+               FROM t WHERE \"ts\" >= {lo} AND \"ts\" < {from} AND {pids}
+             ) WHERE hs_rank = 1{order}",
+            cols = select_columns(table),
+            keys = keys.join(", "),
+            lo = timestamp(self.from - LOOKBACK_NS),
+            from = timestamp(self.from),
+            pids = self.pid_filter(table),
+            order = order_by(table),
+        );
+        let stream = query(&ctx, &sql).await?;
+        let stamp = stamp_of(&chunks[chunks.len() - 1].path, self.source);
+        self.write(table, stream, &stamp).await
+    }
+
+    /// A table this build knows without `ts` and without a rule: all of it.
+    async fn copy_whole(&mut self, table: &'static Table) -> Result<()> {
+        let sql = format!("SELECT {} FROM t{}", select_columns(table), order_by(table));
+        for chunk in self.chunks(table) {
+            let ctx = self.context();
+            ctx.register_table("t", files_table(table, &[chunk.path.clone()])?)?;
+            let stream = query(&ctx, &sql).await?;
+            let stamp = stamp_of(&chunk.path, self.source);
+            self.write(table, stream, &stamp).await?;
+        }
+        Ok(())
+    }
+
+    /// The slice so far as a session, to find what its rows reference.
+    fn output_context(&self) -> Result<SessionContext> {
+        let out = Recording::open(&self.out)?;
+        catalog::context_for(std::slice::from_ref(&out), self.threads).map_err(catalog::one_line)
+    }
+
+    fn source_context(&self) -> Result<SessionContext> {
+        catalog::context_for(std::slice::from_ref(self.source), self.threads)
+            .map_err(catalog::one_line)
+    }
+
+    /// Every distinct value of `columns` over the slice's tables, as the
+    /// one-column table `name` in `into`. False when no table has such a column.
+    async fn collect_ids(
+        &self,
+        columns: fn(&Table) -> Vec<&'static str>,
+        name: &str,
+        into: &SessionContext,
+    ) -> Result<bool> {
+        let parts: Vec<String> = TABLES
+            .iter()
+            .flat_map(|t| {
+                columns(t)
+                    .into_iter()
+                    .map(move |c| format!("SELECT {} AS id FROM {}", quoted(c), t.name))
+            })
+            .collect();
+        if parts.is_empty() {
+            return Ok(false);
+        }
+        let sql = format!(
+            "SELECT DISTINCT id FROM ({}) WHERE id IS NOT NULL",
+            parts.join(" UNION ALL ")
+        );
+        let df = self
+            .output_context()?
+            .sql(&sql)
+            .await
+            .map_err(catalog::one_line)?;
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await.map_err(catalog::one_line)?;
+        into.register_table(name, Arc::new(MemTable::try_new(schema, vec![batches])?))?;
+        Ok(true)
+    }
+
+    /// For every process and thread id in the slice, its thread's latest
+    /// `process` row before the window.
+    async fn process_before(&mut self, process: &'static Table) -> Result<()> {
+        let ctx = self.source_context()?;
+        if !self.collect_ids(id_columns, "hs_referenced", &ctx).await? {
+            return Ok(());
+        }
+        let sql = format!(
+            "SELECT {cols} FROM (
+               SELECT *, row_number() OVER (PARTITION BY \"tid\" ORDER BY \"ts\" DESC) AS hs_rank
+               FROM process
+               WHERE \"ts\" < {from} AND \"tid\" IN (SELECT id FROM hs_referenced)
+             ) WHERE hs_rank = 1{order}",
+            cols = select_columns(process),
+            from = timestamp(self.from),
+            order = order_by(process),
+        );
+        let stream = query(&ctx, &sql).await?;
+        let stamp = self.latest_stamp();
+        self.write(process, stream, &stamp).await
+    }
+
+    /// `stack`: the stacks kept rows use; `frame`: the frames those use.
+    /// Looked up by name, so it works once the tables exist in `schemas`.
+    ///
+    /// UNTESTED: no build of this branch has `stack`/`frame`; written to
+    /// the announced columns (`stack.stack_id`, `stack.frame_id`,
+    /// `frame.frame_id`, `<table>.stack_id`).
+    async fn references(&mut self) -> Result<()> {
+        let Some(stack) = hindsight_schemas::tables::table("stack") else {
+            return Ok(());
+        };
+        let ctx = self.source_context()?;
+        if !self.collect_ids(stack_columns, "hs_stacks", &ctx).await? {
+            return Ok(());
+        }
+        let kept_stacks = "SELECT id FROM hs_stacks";
+        let sql = format!(
+            "SELECT {} FROM stack WHERE \"stack_id\" IN ({kept_stacks}){}",
+            select_columns(stack),
+            order_by(stack)
+        );
+        let stamp = self.latest_stamp();
+        let stream = query(&ctx, &sql).await?;
+        self.write(stack, stream, &stamp).await?;
+        if let Some(frame) = hindsight_schemas::tables::table("frame") {
+            let sql = format!(
+                "SELECT {} FROM frame WHERE \"frame_id\" IN \
+                 (SELECT \"frame_id\" FROM stack WHERE \"stack_id\" IN ({kept_stacks})){}",
+                select_columns(frame),
+                order_by(frame)
+            );
+            let stream = query(&ctx, &sql).await?;
+            self.write(frame, stream, &stamp).await?;
+        }
+        Ok(())
+    }
+
+    /// The stamp of files not cut from one source chunk: the latest
+    /// session kept.
+    fn latest_stamp(&self) -> Stamp {
+        let session = self.source.meta.latest();
+        Stamp {
+            host: self.source.meta.host.clone(),
+            boot_id: session.map(|s| s.boot_id.clone()).unwrap_or_default(),
+            recorder_version: session
+                .map(|s| s.recorder_version.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Writes `stream` as one chunk of `table` (nothing when it is empty).
+    async fn write(
+        &mut self,
+        table: &'static Table,
+        mut stream: SendableRecordBatchStream,
+        stamp: &Stamp,
+    ) -> Result<()> {
+        let dir = self.out.join(table.name);
+        if !dir.is_dir() {
+            DirBuilder::new()
+                .mode(DIR_MODE)
+                .create(&dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let seq = self
+            .written
+            .iter()
+            .find(|w| w.0 == table.name)
+            .map_or(0, |w| w.1);
+        // Named once the first row's time is known; renamed at the end to
+        // the name of its earliest row.
+        let temp = dir.join(layout::temp_file_name(&format!("slice-{seq}")));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&temp)
+            .with_context(|| format!("creating {}", temp.display()))?;
+        let props =
+            layout::writer_properties(table, &stamp.host, &stamp.boot_id, &stamp.recorder_version);
+        let schema = table.schema();
+        let mut writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(256 << 10, file),
+            schema.clone(),
+            Some(props),
+        )?;
+        let ts_index = table.columns.iter().position(|c| c.name == "ts");
+        let mut rows = 0u64;
+        let mut first_ts: Option<i64> = None;
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(catalog::one_line)?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let batch = conform(&batch, &schema)?;
+            if let Some(i) = ts_index {
+                let ts = batch.column(i).as_primitive::<TimestampNanosecondType>();
+                if let Some(min) = arrow::compute::min(ts) {
+                    first_ts = Some(first_ts.map_or(min, |t| t.min(min)));
+                }
+            }
+            writer
+                .write(&batch)
+                .with_context(|| format!("writing {}", temp.display()))?;
+            rows += batch.num_rows() as u64;
+            if writer.in_progress_rows() >= ROW_GROUP_ROWS {
+                writer.flush()?;
+            }
+        }
+        if rows == 0 {
+            drop(writer);
+            fs::remove_file(&temp).with_context(|| format!("removing {}", temp.display()))?;
+            return Ok(());
+        }
+        let file = writer
+            .into_inner()
+            .with_context(|| format!("closing {}", temp.display()))?
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("flushing {}", temp.display()))?;
+        file.sync_all()
+            .with_context(|| format!("fsync {}", temp.display()))?;
+        drop(file);
+        let name = layout::chunk_file_name(first_ts.unwrap_or(self.from), seq as u64);
+        let final_path = dir.join(name);
+        fs::rename(&temp, &final_path).with_context(|| format!("renaming {}", temp.display()))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("fsync {}", dir.display()))?;
+        match self.written.iter_mut().find(|w| w.0 == table.name) {
+            Some(w) => {
+                w.1 += 1;
+                w.2 += rows;
+            }
+            None => self.written.push((table.name, 1, rows)),
+        }
+        Ok(())
+    }
+}
+
+/// Who wrote a chunk, copied into the slice's file cut from it.
+struct Stamp {
+    host: String,
+    boot_id: String,
+    recorder_version: String,
+}
+
+/// The stamp in a source chunk's key-value metadata; the recording's where
+/// a key is missing.
+fn stamp_of(path: &Path, source: &Recording) -> Stamp {
+    let session = source.meta.latest();
+    let mut stamp = Stamp {
+        host: source.meta.host.clone(),
+        boot_id: session.map(|s| s.boot_id.clone()).unwrap_or_default(),
+        recorder_version: session
+            .map(|s| s.recorder_version.clone())
+            .unwrap_or_default(),
+    };
+    let footer = File::open(path)
+        .ok()
+        .and_then(|f| ParquetMetaDataReader::new().parse_and_finish(&f).ok());
+    let kv = footer
+        .as_ref()
+        .and_then(|f| f.file_metadata().key_value_metadata().cloned())
+        .unwrap_or_default();
+    for entry in kv {
+        let Some(value) = entry.value else { continue };
+        match entry.key.as_str() {
+            layout::key::HOST => stamp.host = value,
+            layout::key::BOOT_ID => stamp.boot_id = value,
+            layout::key::RECORDER_VERSION => stamp.recorder_version = value,
+            _ => {}
+        }
+    }
+    stamp
+}
+
+/// A batch with exactly the table's schema (field nullability and types as
+/// `schemas` declares them), whatever DataFusion's plan made of it.
+fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(column.clone())
+            } else {
+                cast(column, field.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// A table over some chunk files of one table, with the schema from `schemas`.
+fn files_table(table: &Table, paths: &[PathBuf]) -> Result<Arc<dyn TableProvider>> {
+    let urls = paths
+        .iter()
+        .map(|p| {
+            let absolute = std::path::absolute(p)?;
+            let url = url::Url::from_file_path(&absolute)
+                .map_err(|()| anyhow::anyhow!("{}: cannot be expressed as a URL", p.display()))?;
+            Ok(ListingTableUrl::try_new(url, None)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(format!(".{}", layout::PARQUET_EXT));
+    let config = ListingTableConfig::new_with_multi_paths(urls)
+        .with_listing_options(options)
+        .with_schema(table.schema());
+    Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
+async fn query(ctx: &SessionContext, sql: &str) -> Result<SendableRecordBatchStream> {
+    ctx.sql(sql)
+        .await
+        .map_err(catalog::one_line)?
+        .execute_stream()
+        .await
+        .map_err(catalog::one_line)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Distinct pids given, sorted: `--pid 3 --pid 1,3` is `[1, 3]`.
+pub fn normalize_pids(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// What `slice` prints on stdout: where the slice is, its window, and per
+/// table the files and rows kept.
+pub fn write_outcome(req: &Request, outcome: &Outcome, mut out: impl std::io::Write) -> Result<()> {
+    writeln!(
+        out,
+        "slice {} of {}: {} .. {}{}",
+        req.output.display(),
+        req.source.display(),
+        rfc3339(outcome.from),
+        rfc3339(outcome.to),
+        if req.pids.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  pids {}",
+                req.pids
+                    .iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        }
+    )?;
+    for (table, files, rows) in &outcome.tables {
+        writeln!(out, "  {table:<14} {files:>4} files  {rows:>12} rows")?;
+    }
+    Ok(())
+}
