@@ -165,8 +165,10 @@ pub struct SqlArgs {
 #[command(
     long_about = "Show what a recording holds: host, kernel, recorder version, sessions, the \
 time range of its events, and per table the files, rows, bytes on disk and bytes per row; then \
-the events lost and the probes that could not be attached. Reads Parquet footers only, so it is \
-as fast on a week of data as on a minute.\n\n\
+the events lost and the probes that could not be attached. The time range is what the \
+recording still covers; periods whose files retention deleted are listed as `retired` (with \
+why, and how many files and bytes), and a slice says what it was cut from (`slice of`). Reads \
+Parquet footers only, so it is as fast on a week of data as on a minute.\n\n\
 Examples:\n  \
 hindsight info rec/\n  \
 hindsight info --format json rec/ | jq '.tables[] | select(.rows > 0)'"
