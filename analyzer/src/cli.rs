@@ -185,18 +185,29 @@ pub struct InfoArgs {
 /// Cut a smaller, complete recording: a time window, optionally some processes.
 #[derive(Debug, Args)]
 #[command(
-    long_about = "Cut a smaller, complete recording out of RECORDING: the rows with FROM <= ts < TO, to attach to a ticket. Every hindsight command (and DuckDB) reads it like any recording; its recording.json says what it is a slice of.
-
-What is kept: every table with a `ts` column, the rows in the window (with --pid, only rows whose process columns — `pid`, `prev_pid`, `next_pid`, `waker_pid`, any `<role>_pid` — hold one of the pids; tables without one, such as `counter` and `loss`, are about the system and kept whole for the window). `counter` and `task_stat` also keep each series' last sample in the ten minutes before FROM, so the first interval of a report has the same baseline as in the source. `process` also keeps, for every process and thread id in the kept rows, that thread's latest row before FROM, so every name and command line is known. `stack` and `frame` keep only what kept rows use. Sessions that do not overlap the window and the list of retired files are left out.
-
-TIME is one of: RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the recording's last event (the day before when that is later than the last event); -15m, that long before the last event; +10m, that long after the first.
-
-OUT must not exist or be an empty directory. The slice is written into a hidden sibling directory and renamed to OUT when complete, so a failure leaves nothing that looks like a recording.
-
-Examples:
-  hindsight slice rec/ --from 14:05 --to 14:20 -o ticket-4711/
-  hindsight slice rec/ --from -15m -o last15/
-  hindsight slice rec/ --from 2024-05-01T12:00:00Z --to +1h --pid 4242 --pid 4243 -o slow-db/"
+    long_about = "Cut a smaller, complete recording out of RECORDING: the rows with \
+FROM <= ts < TO, to attach to a ticket. Every hindsight command (and DuckDB) reads it like any \
+recording; its recording.json says what it is a slice of.\n\n\
+What is kept: of every table with a `ts` column, the rows in the window; with --pid, only rows \
+whose process columns (`pid`, `prev_pid`, `next_pid`, `waker_pid`, any `<role>_pid`) hold one \
+of the pids, while tables without one, such as `counter` and `loss`, are about the system and \
+kept whole for the window. `counter` and `task_stat` also keep, for each series (a counter, a \
+process) sampled in the window, its last sample in the ten minutes before FROM, so a report's \
+intervals from FROM on have the same baselines, and the same figures, as in the source. \
+`process` also keeps, for every process and thread id in the kept rows, that thread's latest \
+row before FROM, so every name and command line is known. `stack` and `frame` keep only what \
+kept rows use. Sessions that do not overlap the window and the list of retired files are left \
+out.\n\n\
+TIME is one of: RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
+recording's last event (the day before when that is later than the last event); -15m, that \
+long before the last event; +10m, that long after the first.\n\n\
+OUT must not exist or be an empty directory. The slice is written into a hidden sibling \
+directory and renamed to OUT when complete, so a failure leaves nothing that looks like a \
+recording.\n\n\
+Examples:\n  \
+hindsight slice rec/ --from 14:05 --to 14:20 -o ticket-4711/\n  \
+hindsight slice rec/ --from -15m -o last15/\n  \
+hindsight slice rec/ --from 2024-05-01T12:00:00Z --to 2024-05-01T12:10:00Z --pid 4242,4243 -o slow-db/"
 )]
 pub struct SliceArgs {
     /// The recording to cut from.

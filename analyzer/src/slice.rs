@@ -13,9 +13,10 @@
 //!   `<role>_pid`, such as `prev_pid`, `next_pid`, `waker_pid`) hold one of
 //!   the pids. A table without a process column (`counter`, `loss`) is kept
 //!   whole for the window: it is about the system;
-//! - cumulative tables (`counter`, `task_stat`): also each series' last sample
-//!   in the ten minutes before `from`, so the window's first interval has the
-//!   same baseline as in the source and every delta report agrees with it;
+//! - cumulative tables (`counter`, `task_stat`): also, for each series with
+//!   a sample in the window, its last sample in the ten minutes before
+//!   `from`, so the window's first interval has the same baseline as in the
+//!   source and every delta report over the window agrees with it;
 //! - `process`: also, for every process or thread id found in the kept rows
 //!   (columns `pid`, `tid`, `ppid`, `<role>_pid`, `<role>_tid`), that
 //!   thread's latest `process` row before `from`, so names and command lines
@@ -422,39 +423,51 @@ impl<'a> Slicer<'a> {
             select_columns(table),
             order_by(table)
         );
-        if let Some(keys) = series_keys(table) {
-            let chunks = self.chunks_between(table, self.from - LOOKBACK_NS, self.from);
-            self.baseline(table, keys, &chunks).await?;
-        }
+        let mut kept = Vec::new();
         for chunk in self.chunks_between(table, self.from, self.to) {
             let ctx = self.context();
-            ctx.register_table("t", files_table(table, &[chunk.path.clone()])?)?;
+            ctx.register_table("t", files_table(table, std::slice::from_ref(&chunk.path))?)?;
             let stream = query(&ctx, &sql).await?;
             let stamp = stamp_of(&chunk.path, self.source);
-            self.write(table, stream, &stamp).await?;
+            kept.extend(self.write(table, stream, &stamp).await?);
+        }
+        if let Some(keys) = series_keys(table) {
+            let chunks = self.chunks_between(table, self.from - LOOKBACK_NS, self.from);
+            self.baseline(table, keys, &chunks, &kept).await?;
         }
         Ok(())
     }
 
-    /// Each series' last sample in the lookback before the window.
+    /// The last sample in the lookback before the window of each series
+    /// that has a sample in the window (`kept`: the slice's files of
+    /// `table`): what its first delta in the window subtracts.
     async fn baseline(
         &mut self,
         table: &'static Table,
         keys: &[&str],
         chunks: &[&Chunk],
+        kept: &[PathBuf],
     ) -> Result<()> {
-        if chunks.is_empty() {
+        if chunks.is_empty() || kept.is_empty() {
             return Ok(());
         }
         let paths: Vec<PathBuf> = chunks.iter().map(|c| c.path.clone()).collect();
         let ctx = self.context();
         ctx.register_table("t", files_table(table, &paths)?)?;
+        ctx.register_table("w", files_table(table, kept)?)?;
+        // One string per series, nulls included (a NUL byte never occurs
+        // in a name), so an uncorrelated IN finds the series in the window.
+        let series = keys
+            .iter()
+            .map(|k| format!("coalesce(CAST({} AS VARCHAR), chr(0))", quoted(k)))
+            .collect::<Vec<_>>()
+            .join(", '/', ");
         let keys: Vec<String> = keys.iter().map(|k| quoted(k)).collect();
         let sql = format!(
             "SELECT {cols} FROM (
                SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY \"ts\" DESC) AS hs_rank
                FROM t WHERE \"ts\" >= {lo} AND \"ts\" < {from} AND {pids}
-             ) WHERE hs_rank = 1{order}",
+             ) WHERE hs_rank = 1 AND concat({series}) IN (SELECT concat({series}) FROM w){order}",
             cols = select_columns(table),
             keys = keys.join(", "),
             lo = timestamp(self.from - LOOKBACK_NS),
@@ -464,7 +477,8 @@ impl<'a> Slicer<'a> {
         );
         let stream = query(&ctx, &sql).await?;
         let stamp = stamp_of(&chunks[chunks.len() - 1].path, self.source);
-        self.write(table, stream, &stamp).await
+        self.write(table, stream, &stamp).await?;
+        Ok(())
     }
 
     /// A table this build knows without `ts` and without a rule: all of it.
@@ -472,7 +486,7 @@ impl<'a> Slicer<'a> {
         let sql = format!("SELECT {} FROM t{}", select_columns(table), order_by(table));
         for chunk in self.chunks(table) {
             let ctx = self.context();
-            ctx.register_table("t", files_table(table, &[chunk.path.clone()])?)?;
+            ctx.register_table("t", files_table(table, std::slice::from_ref(&chunk.path))?)?;
             let stream = query(&ctx, &sql).await?;
             let stamp = stamp_of(&chunk.path, self.source);
             self.write(table, stream, &stamp).await?;
@@ -544,7 +558,8 @@ impl<'a> Slicer<'a> {
         );
         let stream = query(&ctx, &sql).await?;
         let stamp = self.latest_stamp();
-        self.write(process, stream, &stamp).await
+        self.write(process, stream, &stamp).await?;
+        Ok(())
     }
 
     /// `stack`: the stacks kept rows use; `frame`: the frames those use.
@@ -596,13 +611,14 @@ impl<'a> Slicer<'a> {
         }
     }
 
-    /// Writes `stream` as one chunk of `table` (nothing when it is empty).
+    /// Writes `stream` as one chunk of `table` and returns its path;
+    /// nothing when it is empty.
     async fn write(
         &mut self,
         table: &'static Table,
         mut stream: SendableRecordBatchStream,
         stamp: &Stamp,
-    ) -> Result<()> {
+    ) -> Result<Option<PathBuf>> {
         let dir = self.out.join(table.name);
         if !dir.is_dir() {
             DirBuilder::new()
@@ -659,7 +675,7 @@ impl<'a> Slicer<'a> {
         if rows == 0 {
             drop(writer);
             fs::remove_file(&temp).with_context(|| format!("removing {}", temp.display()))?;
-            return Ok(());
+            return Ok(None);
         }
         let file = writer
             .into_inner()
@@ -683,7 +699,7 @@ impl<'a> Slicer<'a> {
             }
             None => self.written.push((table.name, 1, rows)),
         }
-        Ok(())
+        Ok(Some(final_path))
     }
 }
 
