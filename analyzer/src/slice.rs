@@ -23,7 +23,8 @@
 //!   of everything in the window are known;
 //! - reference tables, when this build has them: `stack`, only the stacks
 //!   whose `stack_id` a kept row uses (columns `stack_id` and
-//!   `<role>_stack_id`), and `frame`, only the frames those stacks use. Any
+//!   `<role>_stack_id`), and `frame`, only the frames those stacks use, each
+//!   once (the recorder may repeat them across chunks). Any
 //!   other table without `ts` is copied whole.
 //!
 //! `recording.json` is the source's, with only the sessions that overlap
@@ -565,9 +566,10 @@ impl<'a> Slicer<'a> {
     /// `stack`: the stacks kept rows use; `frame`: the frames those use.
     /// Looked up by name, so it works once the tables exist in `schemas`.
     ///
-    /// UNTESTED: no build of this branch has `stack`/`frame`; written to
-    /// the announced columns (`stack.stack_id`, `stack.frame_id`,
-    /// `frame.frame_id`, `<table>.stack_id`).
+    /// The tables do not exist on the branch this was written on: its test
+    /// (`only_the_stacks_and_frames_kept_rows_use_are_kept`) runs in full
+    /// once they do, and was run against the `stack`/`frame`/`cpu_sample`
+    /// definitions of the stacks branch.
     async fn references(&mut self) -> Result<()> {
         let Some(stack) = hindsight_schemas::tables::table("stack") else {
             return Ok(());
@@ -577,8 +579,10 @@ impl<'a> Slicer<'a> {
             return Ok(());
         }
         let kept_stacks = "SELECT id FROM hs_stacks";
+        // The recorder may write a stack or frame in more than one chunk
+        // (readers deduplicate): the slice holds each once.
         let sql = format!(
-            "SELECT {} FROM stack WHERE \"stack_id\" IN ({kept_stacks}){}",
+            "SELECT DISTINCT {} FROM stack WHERE \"stack_id\" IN ({kept_stacks}){}",
             select_columns(stack),
             order_by(stack)
         );
@@ -587,7 +591,7 @@ impl<'a> Slicer<'a> {
         self.write(stack, stream, &stamp).await?;
         if let Some(frame) = hindsight_schemas::tables::table("frame") {
             let sql = format!(
-                "SELECT {} FROM frame WHERE \"frame_id\" IN \
+                "SELECT DISTINCT {} FROM frame WHERE \"frame_id\" IN \
                  (SELECT \"frame_id\" FROM stack WHERE \"stack_id\" IN ({kept_stacks})){}",
                 select_columns(frame),
                 order_by(frame)

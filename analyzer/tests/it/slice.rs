@@ -468,3 +468,109 @@ fn an_existing_output_is_refused_and_left_alone() {
     slice_ok(&rec.dir, &empty, &["--from", FROM]);
     assert!(Recording::open(&empty).is_ok());
 }
+
+/// Stacks and frames follow the kept rows, each once. The `stack`, `frame`
+/// and `cpu_sample` tables come from another branch and are looked up by
+/// name: before they exist, a slice simply has no such folders.
+#[test]
+fn only_the_stacks_and_frames_kept_rows_use_are_kept() {
+    use hindsight_schemas::tables::table;
+    let fx = Fixture::new();
+    let rec = recording(&fx);
+    let (Some(stack), Some(frame), Some(sample)) =
+        (table("stack"), table("frame"), table("cpu_sample"))
+    else {
+        let out = fx.path("ticket");
+        slice_ok(&rec.dir, &out, &["--from", FROM, "--to", TO]);
+        assert!(!out.join("stack").exists() && !out.join("frame").exists());
+        return;
+    };
+    let s = |ms: i64, pid: i64, stack_id: i64| {
+        json!({"ts": t(ms), "cpu": 0, "tid": pid, "pid": pid, "comm": "x", "stack_id": stack_id,
+               "kernel": false})
+    };
+    rec.chunk(
+        sample,
+        "20231114T221320.000Z-000001.parquet",
+        &[
+            s(30_000, 100, 3),
+            s(41_000, 100, 1),
+            s(42_000, 200, 2),
+            s(43_000, 200, 2),
+        ],
+    );
+    // A switch in the window whose leaving thread's stack is 4 (a column
+    // `sched_switch` has on the branch that adds stacks).
+    rec.chunk(
+        &SCHED_SWITCH,
+        "20231114T221344.000Z-000003.parquet",
+        &[
+            json!({"ts": t(44_000), "cpu": 1, "prev_tid": 300, "prev_pid": 300, "prev_comm": "late",
+                 "prev_state": "S", "prev_prio": 120, "next_tid": 0, "next_pid": 0,
+                 "next_comm": "swapper", "next_prio": 120, "stack_id": 4}),
+        ],
+    );
+    let st = |id: i64, depth: i64, frame: i64| json!({"stack_id": id, "depth": depth, "frame_id": frame});
+    rec.chunk(
+        stack,
+        "20231114T221320.000Z-000001.parquet",
+        &[
+            st(1, 0, 10),
+            st(1, 1, 11),
+            st(2, 0, 10),
+            st(2, 1, 12),
+            st(3, 0, 13),
+            st(4, 0, 14),
+        ],
+    );
+    // The recorder may write a stack again in a later chunk.
+    rec.chunk(
+        stack,
+        "20231114T221400.000Z-000002.parquet",
+        &[st(1, 0, 10), st(1, 1, 11)],
+    );
+    let frames: Vec<Value> = (10..16)
+        .map(|id| json!({"frame_id": id, "kind": "user", "address": 4096u64, "function": format!("f{id}")}))
+        .collect();
+    rec.chunk(frame, "20231114T221320.000Z-000001.parquet", &frames);
+
+    let ids = |dir: &Path, sql: &str| -> Vec<String> {
+        query_csv(&[dir.to_path_buf()], sql)
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    let out = fx.path("ticket");
+    slice_ok(&rec.dir, &out, &["--from", FROM, "--to", TO]);
+    assert_eq!(
+        ids(
+            &out,
+            "SELECT stack_id, depth, frame_id FROM stack ORDER BY 1, 2"
+        ),
+        ["1,0,10", "1,1,11", "2,0,10", "2,1,12", "4,0,14"]
+    );
+    assert_eq!(
+        ids(&out, "SELECT frame_id FROM frame ORDER BY 1"),
+        ["10", "11", "12", "14"]
+    );
+
+    let out = fx.path("pid200");
+    slice_ok(
+        &rec.dir,
+        &out,
+        &["--from", FROM, "--to", TO, "--pid", "200"],
+    );
+    assert_eq!(
+        ids(
+            &out,
+            "SELECT stack_id, depth, frame_id FROM stack ORDER BY 1, 2"
+        ),
+        ["2,0,10", "2,1,12"]
+    );
+    assert_eq!(
+        ids(&out, "SELECT frame_id FROM frame ORDER BY 1"),
+        ["10", "12"]
+    );
+    assert_eq!(ids(&out, "SELECT count(*) FROM cpu_sample"), ["2"]);
+}
