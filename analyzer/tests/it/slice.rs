@@ -574,3 +574,32 @@ fn only_the_stacks_and_frames_kept_rows_use_are_kept() {
     );
     assert_eq!(ids(&out, "SELECT count(*) FROM cpu_sample"), ["2"]);
 }
+
+/// A chunk whose footer reads but whose pages do not fails the slice
+/// midway (after other tables were written): nothing is left that looks
+/// like a recording, and no hidden directory either.
+#[test]
+fn a_failure_midway_leaves_nothing_behind() {
+    let fx = Fixture::new();
+    let rec = recording(&fx);
+    let chunk = rec
+        .dir
+        .join("page_fault/20231114T221320.000Z-000001.parquet");
+    let mut bytes = fs::read(&chunk).unwrap();
+    let len = bytes.len();
+    let footer = u32::from_le_bytes(bytes[len - 8..len - 4].try_into().unwrap()) as usize;
+    bytes[4..len - 8 - footer].fill(0xff);
+    fs::write(&chunk, bytes).unwrap();
+    assert!(Recording::open(&rec.dir).is_ok(), "the footer still reads");
+
+    let out = fx.path("ticket");
+    let run = slice(&rec.dir, &out, &["--from", FROM, "--to", TO]);
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    assert_eq!(stderr(&run).lines().count(), 1, "{}", stderr(&run));
+    assert!(!out.exists());
+    let names: Vec<_> = fs::read_dir(fx.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["rec"]);
+}
