@@ -21,7 +21,8 @@ Parquet files a table. Copy it anywhere; hindsight needs no root and no BPF.\n\n
 Examples:\n  \
 hindsight info rec/\n  \
 hindsight sql rec/ 'SELECT count(*) FROM sched_switch'\n  \
-hindsight report atop rec/ --interval 10s"
+hindsight report atop rec/ --interval 10s\n  \
+hindsight slice rec/ --from -15m -o ticket/"
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -103,6 +103,9 @@ pub async fn run(req: &Request, threads: usize) -> Result<Outcome> {
     let source = Recording::open(&req.source)?;
     check_output(&req.output)?;
     let range = source.time_range();
+    if range.is_none() {
+        return Err(UsageError(format!("{}: no events to slice", req.source.display())).into());
+    }
     let from = req.from.unwrap_or(When::AfterStart(0));
     let to = req.to.map_or_else(
         // Just after the last event, so the last event is in the slice.
