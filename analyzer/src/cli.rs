@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::catalog;
 use crate::output::Format;
 use crate::report::{self, Interval};
+use crate::when::{self, When};
 
 /// SQL, reports and exports over hindsight recordings, as any user.
 #[derive(Debug, Parser)]
@@ -20,7 +21,8 @@ Parquet files a table. Copy it anywhere; hindsight needs no root and no BPF.\n\n
 Examples:\n  \
 hindsight info rec/\n  \
 hindsight sql rec/ 'SELECT count(*) FROM sched_switch'\n  \
-hindsight report atop rec/ --interval 10s"
+hindsight report atop rec/ --interval 10s\n  \
+hindsight slice rec/ --from -15m -o ticket/"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,6 +38,7 @@ pub enum Command {
     Info(InfoArgs),
     #[command(subcommand)]
     Report(ReportCommand),
+    Slice(SliceArgs),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -163,8 +166,10 @@ pub struct SqlArgs {
 #[command(
     long_about = "Show what a recording holds: host, kernel, recorder version, sessions, the \
 time range of its events, and per table the files, rows, bytes on disk and bytes per row; then \
-the events lost and the probes that could not be attached. Reads Parquet footers only, so it is \
-as fast on a week of data as on a minute.\n\n\
+the events lost and the probes that could not be attached. The time range is what the \
+recording still covers; periods whose files retention deleted are listed as `retired` (with \
+why, and how many files and bytes), and a slice says what it was cut from (`slice of`). Reads \
+Parquet footers only, so it is as fast on a week of data as on a minute.\n\n\
 Examples:\n  \
 hindsight info rec/\n  \
 hindsight info --format json rec/ | jq '.tables[] | select(.rows > 0)'"
@@ -178,6 +183,51 @@ pub struct InfoArgs {
     pub format: InfoFormatArg,
 }
 
+/// Cut a smaller, complete recording: a time window, optionally some processes.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Cut a smaller, complete recording out of RECORDING: the rows with \
+FROM <= ts < TO, to attach to a ticket. Every hindsight command (and DuckDB) reads it like any \
+recording; its recording.json says what it is a slice of.\n\n\
+What is kept: of every table with a `ts` column, the rows in the window; with --pid, only rows \
+whose process columns (`pid`, `prev_pid`, `next_pid`, `waker_pid`, any `<role>_pid`) hold one \
+of the pids, while tables without one, such as `counter` and `loss`, are about the system and \
+kept whole for the window. `counter` and `task_stat` also keep, for each series (a counter, a \
+process) sampled in the window, its last sample in the ten minutes before FROM, so a report's \
+intervals from FROM on have the same baselines, and the same figures, as in the source. \
+`process` also keeps, for every process and thread id in the kept rows, that thread's latest \
+row before FROM, so every name and command line is known. `stack` and `frame` keep only what \
+kept rows use. Sessions that do not overlap the window and the list of retired files are left \
+out.\n\n\
+TIME is one of: RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
+recording's last event (the day before when that is later than the last event); -15m, that \
+long before the last event; +10m, that long after the first.\n\n\
+OUT must not exist or be an empty directory. The slice is written into a hidden sibling \
+directory and renamed to OUT when complete, so a failure leaves nothing that looks like a \
+recording.\n\n\
+Examples:\n  \
+hindsight slice rec/ --from 14:05 --to 14:20 -o ticket-4711/\n  \
+hindsight slice rec/ --from -15m -o last15/\n  \
+hindsight slice rec/ --from 2024-05-01T12:00:00Z --to 2024-05-01T12:10:00Z --pid 4242,4243 -o slow-db/"
+)]
+pub struct SliceArgs {
+    /// The recording to cut from.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+    /// Start of the window, inclusive (default: the first event). See TIME below.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// End of the window, exclusive (default: just after the last event).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
+    /// Keep only rows of these processes (repeat, or comma-separated).
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<i32>,
+    /// The new recording's directory: must not exist, or be empty.
+    #[arg(long, short = 'o', value_name = "OUT")]
+    pub output: PathBuf,
+}
+
 /// The flags every report takes.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -187,12 +237,15 @@ pub struct ReportArgs {
     /// Interval length: 10s, 1m, 1m30s, 500ms (units h, m, s, ms, us, ns).
     #[arg(long, short = 'i', value_name = "DURATION", default_value = "10s", value_parser = Interval::parse)]
     pub interval: Interval,
-    /// Only intervals from this time on (RFC 3339, 2024-05-01T12:00:00Z), aligned down to the interval.
-    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
-    pub from: Option<i64>,
-    /// Only samples and events before this time (RFC 3339).
-    #[arg(long, value_name = "TIME", value_parser = report::parse_time)]
-    pub to: Option<i64>,
+    /// Only intervals from this time on, aligned down to the interval. TIME: RFC 3339
+    /// (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the recording's last event (the
+    /// day before when that is later than the last event); -15m before the last event; +10m
+    /// after the first.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// Only samples and events before this time (same forms as --from).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
     /// Processes per interval, the busiest first (numa lists every process).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -249,6 +302,7 @@ pub enum Action {
     Record {
         args: Vec<std::ffi::OsString>,
     },
+    Slice(crate::slice::Request),
 }
 
 impl FormatArg {
@@ -273,6 +327,13 @@ impl Cli {
                 format: a.format.format(),
             },
             Command::Record(a) => Action::Record { args: a.args },
+            Command::Slice(a) => Action::Slice(crate::slice::Request {
+                source: a.recording,
+                from: a.from,
+                to: a.to,
+                pids: crate::slice::normalize_pids(&a.pid),
+                output: a.output,
+            }),
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
+use hindsight_schemas::meta::{Retired, SliceOrigin};
 use hindsight_schemas::time::rfc3339;
 use hindsight_schemas::SCHEMA_VERSION;
 use serde::Serialize;
@@ -41,6 +42,23 @@ pub struct Summary {
     pub lost_by_source: Vec<Loss>,
     /// Probes any session could not attach, each once.
     pub skipped_probes: Vec<String>,
+    /// Periods retention deleted, merged across tables, oldest first.
+    pub retired: Vec<RetiredPeriod>,
+    /// Set when this recording is a `hindsight slice` of another.
+    pub slice_of: Option<SliceOrigin>,
+}
+
+/// A stretch of time whose chunks retention deleted (from
+/// `recording.json`'s `retired`, overlapping entries merged).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RetiredPeriod {
+    /// UTC, RFC 3339.
+    pub from: String,
+    pub to: String,
+    /// `max-size`, `max-age`, each once.
+    pub reasons: Vec<String>,
+    pub files: u64,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -123,7 +141,63 @@ pub async fn summarize(rec: &Recording, partitions: usize) -> Result<Summary> {
         lost: lost_by_source.iter().map(|l| l.lost).sum(),
         lost_by_source,
         skipped_probes,
+        retired: retired_periods(&meta.retired),
+        slice_of: meta.slice_of.clone(),
     })
+}
+
+/// Merges retention's per-table entries into periods of time: entries
+/// whose spans overlap or touch are one period. Entries with unreadable
+/// times are listed as they are.
+pub fn retired_periods(retired: &[Retired]) -> Vec<RetiredPeriod> {
+    let mut spans: Vec<(i64, i64, &Retired)> = Vec::new();
+    let mut unreadable = Vec::new();
+    for r in retired {
+        match (
+            crate::report::parse_time(&r.from),
+            crate::report::parse_time(&r.to),
+        ) {
+            (Ok(a), Ok(b)) => spans.push((a, b.max(a), r)),
+            _ => unreadable.push(r),
+        }
+    }
+    spans.sort_by_key(|s| (s.0, s.1));
+    let mut periods: Vec<(i64, i64, RetiredPeriod)> = Vec::new();
+    for (from, to, r) in spans {
+        match periods.last_mut() {
+            Some((_, end, period)) if from <= *end => {
+                if to > *end {
+                    *end = to;
+                    period.to = r.to.clone();
+                }
+                if !period.reasons.contains(&r.reason) {
+                    period.reasons.push(r.reason.clone());
+                }
+                period.files += r.files;
+                period.bytes += r.bytes;
+            }
+            _ => periods.push((
+                from,
+                to,
+                RetiredPeriod {
+                    from: r.from.clone(),
+                    to: r.to.clone(),
+                    reasons: vec![r.reason.clone()],
+                    files: r.files,
+                    bytes: r.bytes,
+                },
+            )),
+        }
+    }
+    let mut out: Vec<RetiredPeriod> = periods.into_iter().map(|p| p.2).collect();
+    out.extend(unreadable.into_iter().map(|r| RetiredPeriod {
+        from: r.from.clone(),
+        to: r.to.clone(),
+        reasons: vec![r.reason.clone()],
+        files: r.files,
+        bytes: r.bytes,
+    }));
+    out
 }
 
 /// `loss.lost` summed by source; no query at all when the table is empty.
@@ -185,6 +259,30 @@ pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
             writeln!(out, "time       {start} .. {end} ({})", human_duration(d))?
         }
         _ => writeln!(out, "time       no events")?,
+    }
+    if let Some(origin) = &s.slice_of {
+        let pids = if origin.pids.is_empty() {
+            String::new()
+        } else {
+            let pids: Vec<String> = origin.pids.iter().map(i32::to_string).collect();
+            format!(", pids {}", pids.join(","))
+        };
+        writeln!(
+            out,
+            "slice of   {}, {} .. {}{pids} (made {})",
+            origin.source, origin.from, origin.to, origin.made_at
+        )?;
+    }
+    for r in &s.retired {
+        writeln!(
+            out,
+            "retired    {} .. {} ({}, {} in {} files)",
+            r.from,
+            r.to,
+            r.reasons.join(", "),
+            human_bytes(r.bytes),
+            r.files
+        )?;
     }
     writeln!(out, "sessions   {}", s.sessions.len())?;
     for (i, x) in s.sessions.iter().enumerate() {
@@ -293,5 +391,61 @@ mod tests {
         assert_eq!(human_duration(1.5), "1.500 s");
         assert_eq!(human_duration(125.0), "2 min 05 s");
         assert_eq!(human_duration(3725.0), "1 h 02 min 05 s");
+    }
+
+    #[test]
+    fn retired_entries_merge_into_periods() {
+        let entry = |table: &str, from: &str, to: &str, reason: &str, files, bytes| Retired {
+            table: table.into(),
+            from: from.into(),
+            to: to.into(),
+            deleted_at: "2026-11-30T18:00:00Z".into(),
+            reason: reason.into(),
+            files,
+            bytes,
+        };
+        let retired = [
+            entry(
+                "counter",
+                "2026-11-30T06:00:00Z",
+                "2026-11-30T09:00:00Z",
+                "max-size",
+                3,
+                300,
+            ),
+            entry(
+                "sched_switch",
+                "2026-11-30T06:00:00Z",
+                "2026-11-30T12:00:00Z",
+                "max-size",
+                36,
+                1000,
+            ),
+            entry(
+                "counter",
+                "2026-11-30T09:00:00Z",
+                "2026-11-30T10:00:00Z",
+                "max-age",
+                3,
+                100,
+            ),
+            entry(
+                "loss",
+                "2026-11-30T13:00:00Z",
+                "2026-11-30T14:00:00Z",
+                "max-age",
+                1,
+                1,
+            ),
+        ];
+        let periods = retired_periods(&retired);
+        assert_eq!(periods.len(), 2, "{periods:?}");
+        assert_eq!(
+            (periods[0].from.as_str(), periods[0].to.as_str()),
+            ("2026-11-30T06:00:00Z", "2026-11-30T12:00:00Z")
+        );
+        assert_eq!(periods[0].reasons, ["max-size", "max-age"]);
+        assert_eq!((periods[0].files, periods[0].bytes), (42, 1400));
+        assert_eq!(periods[1].from, "2026-11-30T13:00:00Z");
     }
 }

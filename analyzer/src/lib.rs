@@ -19,6 +19,9 @@
 //! - [`info`]: the `info` command's summary.
 //! - [`report`]: interval reports (atop, faults, numa, cachetop), one SQL
 //!   statement each, a module per report.
+//! - [`slice`]: cut a smaller, complete recording out of one.
+//! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
+//!   day, relative to the recording's end or start).
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -42,6 +45,8 @@ pub mod info;
 pub mod output;
 pub mod recording;
 pub mod report;
+pub mod slice;
+pub mod when;
 
 pub use catalog::query_batches;
 pub use recording::{Recording, RecordingError};
@@ -54,6 +59,12 @@ pub enum Error {
     #[error(transparent)]
     Query(#[from] DataFusionError),
 }
+
+/// A request that cannot be carried out as given (a time outside what
+/// the flags accept, an output that exists): exit code 2, like bad input.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 /// Validates `dirs` and returns a session with all their tables registered
 /// (with a `host` column when there are several), with the default
@@ -121,6 +132,16 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             other => other?,
         },
         cli::Action::Record { args } => return exec_recorder(&args),
+        cli::Action::Slice(request) => {
+            let outcome = slice::run(&request, config.threads).await?;
+            let mut out = BufWriter::new(io::stdout());
+            let written =
+                slice::write_outcome(&request, &outcome, &mut out).and_then(|()| Ok(out.flush()?));
+            match written {
+                Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                other => other?,
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,6 +177,7 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
     let bad_input = err.chain().any(|e| {
         e.downcast_ref::<RecordingError>().is_some()
+            || e.downcast_ref::<UsageError>().is_some()
             || matches!(e.downcast_ref::<Error>(), Some(Error::Recording(_)))
     });
     if bad_input {

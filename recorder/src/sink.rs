@@ -32,15 +32,7 @@ use arrow::{
     record_batch::RecordBatch,
 };
 use hindsight_schemas::{layout, Table};
-use parquet::{
-    arrow::ArrowWriter,
-    basic::{Compression, Encoding, ZstdLevel},
-    file::{
-        metadata::{KeyValue, SortingColumn},
-        properties::{EnabledStatistics, WriterProperties},
-    },
-    schema::types::ColumnPath,
-};
+use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
 
 /// Mode of every file a recording holds: recordings contain command lines.
 pub const FILE_MODE: u32 = 0o640;
@@ -70,40 +62,9 @@ pub struct TableSink {
     pub rows_written: u64,
 }
 
-/// Writer properties chosen per column: delta encoding for the timestamp
-/// (consecutive events differ by little), dictionaries elsewhere (zstd on
-/// top), the table's sort key declared.
+/// Writer properties: one definition for every writer of chunks, in `schemas`.
 fn writer_properties(table: &Table, stamp: &FileStamp) -> WriterProperties {
-    let sorting: Vec<SortingColumn> = table
-        .sort_key
-        .iter()
-        .map(|name| SortingColumn {
-            column_idx: table.index(name) as i32,
-            descending: false,
-            nulls_first: false,
-        })
-        .collect();
-    let metadata = layout::file_metadata(
-        table.name,
-        &stamp.host,
-        &stamp.boot_id,
-        &stamp.recorder_version,
-    )
-    .into_iter()
-    .map(|(k, v)| KeyValue::new(k, v))
-    .collect();
-    let ts = ColumnPath::from("ts");
-    WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid zstd level"),
-        ))
-        .set_column_dictionary_enabled(ts.clone(), false)
-        .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
-        .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_max_row_group_row_count(Some(usize::MAX))
-        .set_sorting_columns(Some(sorting))
-        .set_key_value_metadata(Some(metadata))
-        .build()
+    layout::writer_properties(table, &stamp.host, &stamp.boot_id, &stamp.recorder_version)
 }
 
 /// The sort key as integers per row, in the order the file declares:

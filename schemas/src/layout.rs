@@ -8,6 +8,13 @@
 //!   <table>/.<start>-<seq>.parquet.tmp   the chunk being written; never read
 //! ```
 
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::{KeyValue, SortingColumn};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use crate::Table;
+
 /// The self-description at the root of every recording.
 pub const RECORDING_FILE: &str = "recording.json";
 
@@ -25,6 +32,45 @@ pub mod key {
     pub const HOST: &str = "hindsight.host";
     pub const BOOT_ID: &str = "hindsight.boot_id";
     pub const RECORDER_VERSION: &str = "hindsight.recorder_version";
+}
+
+/// How every chunk is encoded, by the recorder and by `hindsight slice`:
+/// delta encoding for the timestamp (consecutive events differ by little),
+/// dictionaries elsewhere, zstd level 3 on top (higher levels gain nothing
+/// here), chunk-level statistics (readers prune by `ts`), the table's sort
+/// key declared, and [`file_metadata`] as key-value metadata. Row groups
+/// end only where the writer flushes: each is one sorted batch.
+pub fn writer_properties(
+    table: &Table,
+    host: &str,
+    boot_id: &str,
+    recorder_version: &str,
+) -> WriterProperties {
+    let sorting: Vec<SortingColumn> = table
+        .sort_key
+        .iter()
+        .map(|name| SortingColumn {
+            column_idx: table.index(name) as i32,
+            descending: false,
+            nulls_first: false,
+        })
+        .collect();
+    let metadata = file_metadata(table.name, host, boot_id, recorder_version)
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k, v))
+        .collect();
+    let ts = ColumnPath::from("ts");
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid zstd level"),
+        ))
+        .set_column_dictionary_enabled(ts.clone(), false)
+        .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_max_row_group_row_count(Some(usize::MAX))
+        .set_sorting_columns(Some(sorting))
+        .set_key_value_metadata(Some(metadata))
+        .build()
 }
 
 /// File name of a chunk: start time (UTC, sortable) and a sequence number

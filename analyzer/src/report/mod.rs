@@ -27,6 +27,7 @@ use hindsight_schemas::time::rfc3339;
 use crate::catalog;
 use crate::output::{self, Format};
 use crate::recording::{self, Recording};
+use crate::when::{self, When};
 
 pub mod atop;
 pub mod cachetop;
@@ -46,10 +47,10 @@ pub enum Kind {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub interval: Interval,
-    /// Only intervals that start at or after this (UTC ns), aligned down.
-    pub from: Option<i64>,
-    /// Only samples and events before this (UTC ns).
-    pub to: Option<i64>,
+    /// Only intervals that start at or after this, aligned down.
+    pub from: Option<When>,
+    /// Only samples and events before this.
+    pub to: Option<When>,
     /// Rows of processes per interval.
     pub top: usize,
     pub format: Format,
@@ -134,12 +135,22 @@ impl Interval {
     }
 }
 
-/// Parses an RFC 3339 time (`2024-05-01T12:00:00Z`, any offset) to UTC ns.
+/// Parses an RFC 3339 time (`2024-05-01T12:00:00Z`, any offset) to UTC ns,
+/// as `recording.json` writes them.
 pub fn parse_time(text: &str) -> Result<i64, String> {
     chrono::DateTime::parse_from_rfc3339(text.trim())
         .ok()
         .and_then(|t| t.timestamp_nanos_opt())
         .ok_or_else(|| format!("{text:?}: expected an RFC 3339 time such as 2024-05-01T12:00:00Z"))
+}
+
+/// The first and last event over all `recordings`, from footers: what
+/// relative `--from`/`--to` count from.
+pub fn time_range(recordings: &[Recording]) -> Option<(i64, i64)> {
+    recordings
+        .iter()
+        .filter_map(Recording::time_range)
+        .reduce(|(a0, a1), (b0, b1)| (a0.min(b0), a1.max(b1)))
 }
 
 /// What a report's SQL is built for: the flags plus what the recordings
@@ -158,7 +169,10 @@ pub struct Env {
 }
 
 impl Env {
-    pub fn new(options: &Options, recordings: &[Recording]) -> Env {
+    /// Fails when `--from`/`--to` do not resolve against the recordings.
+    pub fn new(options: &Options, recordings: &[Recording]) -> Result<Env> {
+        let (from, to) = when::resolve_window(options.from, options.to, time_range(recordings))
+            .map_err(crate::UsageError)?;
         let hosts = catalog::host_labels(recordings);
         let fault_samples = recordings
             .iter()
@@ -170,14 +184,14 @@ impl Env {
                 })
             })
             .collect();
-        Env {
+        Ok(Env {
             interval: options.interval,
-            from: options.from,
-            to: options.to,
+            from,
+            to,
             top: options.top,
             multi_host: recordings.len() > 1,
             fault_samples,
-        }
+        })
     }
 
     /// `host, ` with several recordings, else nothing: put it before a key
@@ -364,6 +378,13 @@ impl Deltas<'_> {
     }
 }
 
+/// What identifies one series of `counter`: its cumulative values are
+/// comparable only within it.
+pub const COUNTER_SERIES: &[&str] = &["source", "name", "scope"];
+
+/// What identifies one process in `task_stat`: a reused pid is a new series.
+pub const TASK_SERIES: &[&str] = &["pid", "start_time_ns"];
+
 /// `counter_delta` (and `counter_delta_step`): the counters `filter`
 /// selects, per series (`source`, `name`, `scope`) and interval, with
 /// `delta` (the change, for cumulative counters) and `last` (the value at the
@@ -372,7 +393,7 @@ pub fn counter_deltas(env: &Env, filter: &str) -> String {
     Deltas {
         name: "counter_delta",
         table: "counter",
-        keys: &["source", "name", "scope"],
+        keys: COUNTER_SERIES,
         counters: &[("delta", "value")],
         gauges: &[("last", "value")],
         filter,
@@ -389,7 +410,7 @@ pub fn task_deltas(env: &Env) -> String {
     Deltas {
         name: "task_delta",
         table: "task_stat",
-        keys: &["pid", "start_time_ns"],
+        keys: TASK_SERIES,
         counters: &[
             ("cpu_ns", "utime_ns + stime_ns"),
             ("minflt", "minflt"),
@@ -446,7 +467,7 @@ pub fn sql(kind: Kind, env: &Env) -> String {
 pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize) -> Result<()> {
     let recordings = recording::open_all(dirs)?;
     let ctx = catalog::context_for(&recordings, threads).map_err(catalog::one_line)?;
-    let env = Env::new(options, &recordings);
+    let env = Env::new(options, &recordings)?;
     let sql = sql(kind, &env);
     let mut out = BufWriter::new(io::stdout());
     if options.show_sql {

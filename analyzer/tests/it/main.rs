@@ -7,4 +7,5 @@ mod fixture; // temp-dir recordings built from rows given as JSON
 mod info; // `info`: counts, sizes, time range and losses from footers
 mod output; // the binary's formats, exit codes and closed pipes
 mod report; // interval reports: exact figures, DuckDB cross-check, formats
+mod slice; // `slice`: same answers on the window, --pid, names, refusals, DuckDB
 mod sql; // query results over one and several recordings

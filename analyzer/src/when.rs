@@ -1,0 +1,211 @@
+//! The one parser of the times `--from` and `--to` take, in every command.
+//!
+//! A time is read in two steps: [`When::parse`] checks the text when the
+//! flags are parsed (a typo fails before any file is opened), and
+//! [`When::resolve`] turns it into UTC nanoseconds once the recording's
+//! time range is known, since most forms are relative to the recording:
+//!
+//! - RFC 3339, any offset: `2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`;
+//! - a UTC time of day, `HH:MM` or `HH:MM:SS[.fff]`, on the day of the
+//!   recording's last event (its UTC date); when that time of day lies after
+//!   the last event, the day before, so the time always falls at or before
+//!   the end of the recording;
+//! - `-DURATION`: that long before the recording's last event (`-15m`, `-2h`, `-90s`);
+//! - `+DURATION`: that long after the recording's first event (`+10m`).
+//!
+//! Durations are those of every flag (`hindsight_schemas::time::parse_duration_ns`).
+//! The recording's first and last event are those of its tables' footers,
+//! over every recording named (see `Recording::time_range`).
+
+use chrono::{DateTime, NaiveTime};
+use hindsight_schemas::time::parse_duration_ns;
+
+/// The `--help` text every `--from`/`--to` shares.
+pub const HELP: &str = "RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
+recording's last event (the day before if that is later than the last event); -15m before the \
+last event; +10m after the first";
+
+/// A time as given on the command line, before the recording is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// UTC nanoseconds.
+    Absolute(i64),
+    /// Nanoseconds since midnight UTC.
+    TimeOfDay(i64),
+    /// Nanoseconds before the last event.
+    BeforeEnd(i64),
+    /// Nanoseconds after the first event.
+    AfterStart(i64),
+}
+
+const DAY_NS: i64 = 86_400_000_000_000;
+
+impl When {
+    /// Checks the syntax of `text`; the error is one line that shows the forms.
+    pub fn parse(text: &str) -> Result<When, String> {
+        let text = text.trim();
+        let duration = |rest: &str| {
+            parse_duration_ns(rest).map_err(|e| format!("{text:?}: {e}; a time is one of: {HELP}"))
+        };
+        if let Some(rest) = text.strip_prefix('-') {
+            return duration(rest).map(When::BeforeEnd);
+        }
+        if let Some(rest) = text.strip_prefix('+') {
+            return duration(rest).map(When::AfterStart);
+        }
+        if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+            return t
+                .timestamp_nanos_opt()
+                .map(When::Absolute)
+                .ok_or_else(|| format!("{text:?}: out of range"));
+        }
+        let time_of_day = ["%H:%M", "%H:%M:%S%.f"]
+            .iter()
+            .find_map(|format| NaiveTime::parse_from_str(text, format).ok());
+        if let Some(t) = time_of_day {
+            let ns = t.signed_duration_since(NaiveTime::MIN).num_nanoseconds();
+            return Ok(When::TimeOfDay(ns.expect("a day fits in i64 ns")));
+        }
+        Err(format!("{text:?}: not a time; a time is one of: {HELP}"))
+    }
+
+    /// UTC nanoseconds, given the first and last event of the recording
+    /// (`None` when it has none, which only absolute times can do without).
+    pub fn resolve(self, range: Option<(i64, i64)>) -> Result<i64, String> {
+        if let When::Absolute(t) = self {
+            return Ok(t);
+        }
+        let (start, end) = range.ok_or_else(|| {
+            "the recording has no events, so only RFC 3339 times can be given".to_string()
+        })?;
+        Ok(match self {
+            When::Absolute(_) => unreachable!("returned above"),
+            When::BeforeEnd(d) => end.saturating_sub(d),
+            When::AfterStart(d) => start.saturating_add(d),
+            When::TimeOfDay(of_day) => {
+                let midnight = end.div_euclid(DAY_NS) * DAY_NS;
+                let t = midnight + of_day;
+                if t > end {
+                    t - DAY_NS
+                } else {
+                    t
+                }
+            }
+        })
+    }
+}
+
+/// Resolves an optional `--from`/`--to` pair and checks that `from < to`.
+pub fn resolve_window(
+    from: Option<When>,
+    to: Option<When>,
+    range: Option<(i64, i64)>,
+) -> Result<(Option<i64>, Option<i64>), String> {
+    let from = from.map(|w| w.resolve(range)).transpose()?;
+    let to = to.map(|w| w.resolve(range)).transpose()?;
+    if let (Some(f), Some(t)) = (from, to) {
+        if f >= t {
+            return Err(format!(
+                "--from {} is not before --to {}",
+                hindsight_schemas::time::rfc3339(f),
+                hindsight_schemas::time::rfc3339(t)
+            ));
+        }
+    }
+    Ok((from, to))
+}
+
+/// For clap: `value_parser = when::parse`.
+pub fn parse(text: &str) -> Result<When, String> {
+    When::parse(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2023-11-14T22:13:20Z.
+    const T0: i64 = 1_700_000_000_000_000_000;
+    const S: i64 = 1_000_000_000;
+
+    fn at(text: &str, range: (i64, i64)) -> Result<String, String> {
+        When::parse(text)?
+            .resolve(Some(range))
+            .map(hindsight_schemas::time::rfc3339)
+    }
+
+    #[test]
+    fn every_form_resolves_against_the_recording() {
+        // A recording from 22:13:20 to 22:43:20 UTC, 2023-11-14.
+        let range = (T0, T0 + 1800 * S);
+        let cases = [
+            ("2023-11-14T22:20:00Z", "2023-11-14T22:20:00Z"),
+            ("2023-11-15T00:20:00.5+02:00", "2023-11-14T22:20:00.500Z"),
+            ("-15m", "2023-11-14T22:28:20Z"),
+            ("-90s", "2023-11-14T22:41:50Z"),
+            ("-1m30s", "2023-11-14T22:41:50Z"),
+            ("+10m", "2023-11-14T22:23:20Z"),
+            ("22:30", "2023-11-14T22:30:00Z"),
+            ("22:30:15", "2023-11-14T22:30:15Z"),
+            ("22:30:15.25", "2023-11-14T22:30:15.250Z"),
+            ("22:43:20", "2023-11-14T22:43:20Z"),
+            // After the last event's time of day: the day before.
+            ("22:50", "2023-11-13T22:50:00Z"),
+            ("08:00", "2023-11-14T08:00:00Z"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(at(text, range).as_deref(), Ok(expected), "{text}");
+        }
+    }
+
+    #[test]
+    fn time_of_day_across_midnight_takes_the_end_day() {
+        // 23:00 on the 14th to 01:00 on the 15th.
+        let end = 1_700_006_400 * S; // 2023-11-15T00:00:00Z
+        let range = (end - 3600 * S, end + 3600 * S);
+        assert_eq!(at("00:30", range).unwrap(), "2023-11-15T00:30:00Z");
+        assert_eq!(at("23:30", range).unwrap(), "2023-11-14T23:30:00Z");
+    }
+
+    #[test]
+    fn bad_times_are_one_line_errors() {
+        for bad in [
+            "",
+            "yesterday",
+            "25:00",
+            "12",
+            "-",
+            "-15x",
+            "+",
+            "12:60",
+            "2023-11-14",
+        ] {
+            let err = When::parse(bad).expect_err(bad);
+            assert!(!err.contains('\n'), "{err}");
+            assert!(err.contains("RFC 3339"), "{bad:?}: {err}");
+        }
+        assert!(When::parse("-5m")
+            .unwrap()
+            .resolve(None)
+            .unwrap_err()
+            .contains("no events"));
+        assert_eq!(
+            When::parse("2023-11-14T22:13:20Z").unwrap().resolve(None),
+            Ok(T0)
+        );
+    }
+
+    #[test]
+    fn windows_must_be_ordered() {
+        let range = Some((T0, T0 + 60 * S));
+        let w = |t: &str| Some(When::parse(t).unwrap());
+        assert_eq!(
+            resolve_window(w("+10s"), w("-10s"), range),
+            Ok((Some(T0 + 10 * S), Some(T0 + 50 * S)))
+        );
+        assert!(resolve_window(w("-10s"), w("+10s"), range)
+            .unwrap_err()
+            .contains("is not before"));
+        assert_eq!(resolve_window(None, None, None), Ok((None, None)));
+    }
+}
