@@ -30,6 +30,7 @@ mod kernel_tests;
 pub mod procfs;
 pub mod recorder;
 pub mod recording;
+pub mod retention;
 pub mod rows;
 pub mod sink;
 pub mod tasks;

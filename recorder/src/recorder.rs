@@ -28,6 +28,7 @@ use crate::{
     decode::{table_of_kind, Decoder},
     procfs::{clock_ticks_per_second, page_size, Procfs},
     recording::Recording,
+    retention::{self, Retention},
     rows::{AllRows, ProcessRow},
     sink::FileStamp,
     tasks::TaskReader,
@@ -257,6 +258,7 @@ impl Periodic {
         let ts = clock::utc_now_ns();
         if let (Some((every, next)), Some(map)) = (&mut self.page_cache, cache_counts) {
             if force || now >= *next {
+                push_late(c, ts, "late:page_cache", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 drain_page_cache(map, ts, &mut c.rows.page_cache)?;
                 c.flush_if_full("page_cache")?;
@@ -264,6 +266,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.counters {
             if force || now >= *next {
+                push_late(c, ts, "late:counter", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.read_round(ts, &mut c.rows.counter);
                 push_self_counters(ts, c, lost_total);
@@ -272,6 +275,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.tasks {
             if force || now >= *next {
+                push_late(c, ts, "late:task_stat", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.snapshot_timed(&clock::utc_now_ns, &mut c.rows.task_stat);
                 c.flush_if_full("task_stat")?;
@@ -289,6 +293,30 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
         next += every;
     }
     next
+}
+
+/// Timer rounds that fell due but were skipped because the loop came back
+/// only at `now` (a stalled disk, a starved recorder): collection was late.
+fn missed_ticks(due: Instant, every: Duration, now: Instant) -> u64 {
+    if now <= due || every.is_zero() {
+        return 0;
+    }
+    (now.duration_since(due).as_nanos() / every.as_nanos()) as u64
+}
+
+/// Records skipped rounds of a timed source in `loss` (source `late:<table>`).
+fn push_late(
+    c: &mut Collector,
+    ts: i64,
+    source: &str,
+    due: Instant,
+    every: Duration,
+    now: Instant,
+) {
+    let missed = missed_ticks(due, every, now);
+    if missed > 0 {
+        c.rows.loss.push(ts, None, source, missed as i64);
+    }
 }
 
 /// Sleeps for `duration` or until a signal arrives, whichever is first
@@ -328,6 +356,15 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
     }
+}
+
+/// Retention's hook: after a chunk named `closed` was closed in every
+/// table, delete what the budget no longer allows and note it in
+/// recording.json (saved by the caller).
+fn retire(retention: &mut Retention, recording: &mut Recording, closed: &str) {
+    let tables = hindsight_schemas::TABLES.iter().map(|t| t.name);
+    let retired = retention.after_close(tables, closed, retention::now_ns());
+    recording.meta.retired.extend(retired);
 }
 
 fn wants(config: &Config, group: &str) -> bool {
@@ -420,6 +457,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
     recording.session_mut().skipped_probes = skipped;
 
+    let mut retention = Retention::scan(&recording.dir, config.retention);
+    let retired = retention.enforce(retention::now_ns());
+    recording.meta.retired.extend(retired);
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
     recording.save()?;
@@ -579,9 +619,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             let offset = clock::measure_offset();
             c.decoder.offset = offset;
             seq += 1;
-            c.file_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
+            let next_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
+            let closed_name = std::mem::replace(&mut c.file_name, next_name);
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
+            retire(&mut retention, &mut recording, &closed_name);
             if let Err(e) = recording.save() {
                 failure = Some(e);
                 break;
@@ -607,6 +649,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     let closed = c.close_chunk();
     let rows = c.writer.join();
+    retire(&mut retention, &mut recording, &c.file_name);
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));
     let saved = recording.save();
     if let Some(e) = failure {
