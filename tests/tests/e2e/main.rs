@@ -14,6 +14,8 @@ mod cache_and_atop;
 mod counters_and_tasks;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
+/// Left running: retention keeps the disk budget and the newest data; one recorder per directory.
+mod leave_running;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
 mod sched_ground_truth;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
