@@ -37,6 +37,11 @@ use crate::{
 
 /// Longest the loop sleeps before it drains the ring and checks the clock and signals.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Records drained per turn of the loop at most. Under a storm the kernel
+/// refills the ring as fast as it is drained, so an unbounded drain never
+/// returned: timers, loss counters, chunk rolls and signals waited for the
+/// storm to end. ~64K records take some tens of ms.
+const DRAIN_BUDGET: usize = 64 * 1024;
 /// Longest the loop sleeps when no ring buffer is open (counters and
 /// snapshots only).
 const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
@@ -44,7 +49,7 @@ const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
 const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they are written as one row group:
 /// bounds the recorder's memory (about 60 bytes a row) whatever the event rate.
-pub const BATCH_ROWS: usize = 128 * 1024;
+pub const BATCH_ROWS: usize = 64 * 1024;
 /// NUMA moves and migrations are rare; their ring needs little room.
 const NUMA_RING_SIZE: u32 = 256 << 10;
 
@@ -295,6 +300,22 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
     next
 }
 
+/// Waits up to `timeout` for the rings (they wake us when a quarter full),
+/// then drains at most [`DRAIN_BUDGET`] records. Returns the records
+/// drained, or a negative errno (`-EINTR` when a signal came).
+fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> i32 {
+    // SAFETY: epoll_wait writes at most one event into the one we own.
+    let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
+    let ready =
+        unsafe { libc::epoll_wait(ring.epoll_fd(), &mut event, 1, timeout.as_millis() as i32) };
+    if ready < 0 {
+        return -std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+    }
+    ring.consume_raw_n(DRAIN_BUDGET)
+}
+
 /// Timer rounds that fell due but were skipped because the loop came back
 /// only at `now` (a stalled disk, a starved recorder): collection was late.
 fn missed_ticks(due: Instant, every: Duration, now: Instant) -> u64 {
@@ -456,6 +477,8 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     skipped.extend(numa.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
     recording.session_mut().skipped_probes = skipped;
+    // The kernel's BTF (several MiB) is only needed to choose programs.
+    drop(catalog);
 
     let mut retention = Retention::scan(&recording.dir, config.retention);
     let retired = retention.enforce(retention::now_ns());
@@ -549,18 +572,24 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut losses = LossCounters::new();
     let mut lost_total = 0u64;
     let mut failure: Option<anyhow::Error> = None;
+    // The last drain stopped at its budget: the ring still holds records.
+    let mut backlog = false;
 
     loop {
         // The BPF side wakes us only when the ring fills up; otherwise the
         // poll times out and we drain what accumulated.
         let polled = match &ring {
             Some(ring) => {
-                let polled = ring.poll_raw(POLL_INTERVAL);
-                if polled >= 0 || polled == -libc::EINTR {
-                    ring.consume_raw()
-                } else {
-                    polled
-                }
+                let polled = wait_and_drain(
+                    ring,
+                    if backlog {
+                        Duration::ZERO
+                    } else {
+                        POLL_INTERVAL
+                    },
+                );
+                backlog = polled >= DRAIN_BUDGET as i32;
+                polled
             }
             None => {
                 // Nothing streams in: sleep until the next timer, which at
