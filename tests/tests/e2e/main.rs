@@ -16,6 +16,8 @@ mod counters_and_tasks;
 mod duckdb_reads_it;
 /// Left running: retention keeps the disk budget and the newest data; one recorder per directory.
 mod leave_running;
+/// A context-switch storm: dropped and counted in `loss`, memory within its stated bound.
+mod overload;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
 mod sched_ground_truth;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
