@@ -429,6 +429,13 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let catalog = if uses_bpf {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         bpf::check_privileges(&status)?;
+        let missing = bpf::missing_optional_capabilities(&status);
+        if !missing.is_empty() {
+            eprintln!(
+                "hindsight-record: warning: without {}, other users' /proc/<pid>/io is unreadable (task_stat read_bytes/write_bytes stay null)",
+                missing.join(" and ")
+            );
+        }
         Some(TracepointCatalog::load()?)
     } else {
         None

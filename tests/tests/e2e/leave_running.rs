@@ -221,3 +221,98 @@ fn a_second_recorder_on_the_same_directory_is_refused_and_a_dead_ones_lock_is_no
         2
     );
 }
+
+/// The capabilities the systemd unit grants, read from the unit itself.
+fn service_capabilities() -> Vec<String> {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/hindsight-record.service");
+    let text = fs::read_to_string(&unit).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .expect("the unit grants ambient capabilities");
+    let bounding = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds capabilities");
+    assert_eq!(line, bounding, "the unit grants exactly what it bounds");
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn the_service_capability_set_records_everything_as_a_non_root_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    let _machine = shared();
+    let caps = service_capabilities();
+    assert_eq!(
+        caps,
+        [
+            "CAP_BPF",
+            "CAP_PERFMON",
+            "CAP_SYS_PTRACE",
+            "CAP_DAC_READ_SEARCH"
+        ]
+    );
+    // `nobody` with exactly those capabilities, as systemd's DynamicUser
+    // with AmbientCapabilities runs it.
+    let scratch = Scratch::new();
+    fs::set_permissions(scratch.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let state = scratch.dir.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let nobody = 65534;
+    std::os::unix::fs::chown(&state, Some(nobody), Some(nobody)).unwrap();
+    let rec = state.join("rec");
+    let set = format!(
+        "-all,{}",
+        caps.iter()
+            .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut setpriv = Command::new("setpriv");
+    setpriv
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(format!("--inh-caps={set}"))
+        .arg(format!("--ambient-caps={set}"))
+        .arg(format!("--bounding-set={set}"))
+        .arg(bin("hindsight-record"));
+    let recorder = Recorder::start_command(setpriv, &rec, &["--task-interval", "1s"]);
+    let recorder_pid = recorder.pid();
+    let status = fs::read_to_string(format!("/proc/{recorder_pid}/status")).unwrap();
+    assert!(status.contains("Uid:\t65534"), "{status}");
+    let truth = crate::fixture::pingpong(2_000);
+    thread::sleep(Duration::from_millis(1500));
+    let log = recorder.stop();
+    assert!(!log.contains("warning"), "{log}");
+
+    for child in truth["children"].as_array().unwrap() {
+        let tid = child["tid"].as_i64().unwrap();
+        let kernel = child["voluntary"].as_i64().unwrap() + child["nonvoluntary"].as_i64().unwrap();
+        let q = format!("SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {tid}");
+        assert_eq!(sql_count(&rec, &q), kernel, "{child}");
+    }
+    // Root's /proc/<pid>/io (this test runs as root) needs CAP_SYS_PTRACE
+    // and CAP_DAC_READ_SEARCH: with both, I/O counters are there.
+    let me = std::process::id();
+    assert!(
+        sql_count(
+            &rec,
+            &format!("SELECT count(read_bytes) AS n FROM task_stat WHERE pid = {me}")
+        ) > 0
+    );
+    assert!(
+        sql_count(
+            &rec,
+            "SELECT count(*) AS n FROM process WHERE cmdline IS NOT NULL"
+        ) > 0
+    );
+    let process_dir = rec.join("process");
+    let file = fs::read_dir(&process_dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    let meta = file.metadata().unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (nobody, 0o640));
+    assert_eq!(fs::metadata(&rec).unwrap().mode() & 0o777, 0o750);
+}
