@@ -701,3 +701,23 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         files: c.writer.stats.files.load(Ordering::Relaxed) as usize,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_are_late_only_when_a_whole_interval_was_missed() {
+        let due = Instant::now();
+        let second = Duration::from_secs(1);
+        let cases = [(0, 0), (999, 0), (1000, 1), (3500, 3)];
+        for (late_ms, missed) in cases {
+            let now = due + Duration::from_millis(late_ms);
+            assert_eq!(missed_ticks(due, second, now), missed, "{late_ms} ms late");
+            // The next deadline is after now, on the grid: the missed ones are skipped.
+            let next = next_tick(due, second, now);
+            assert!(next > now && (next - due).as_millis().is_multiple_of(1000));
+        }
+        assert_eq!(missed_ticks(due, second, due - Duration::from_millis(5)), 0);
+    }
+}
