@@ -32,12 +32,14 @@ Examples:
 Then ask the recording what happened, as any user:
   hindsight sql rec 'SELECT prev_comm, count(*) FROM sched_switch GROUP BY 1 ORDER BY 2 DESC LIMIT 10'
 
-Leave it running (a week on a 2 GiB budget, oldest files deleted first):
+Leave it running (oldest files deleted first to stay under 2 GiB and 7 days;
+dist/hindsight-record.service runs it as a service):
   hindsight-record -o /var/lib/hindsight/rec --max-size 2G --max-age 7d
 
 Memory: the recorder's RSS stays under 64 MiB at the defaults whatever the
-event rate (rows are buffered in bounded batches; when the disk or encoder
-falls behind, the kernel drops events and counts them in the loss table).
+event rate, the 8 MiB ring included (rows are buffered in batches of 64K per
+table; when the disk or encoder falls behind, the kernel drops events and
+counts them per CPU in the loss table).
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
