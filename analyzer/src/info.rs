@@ -87,6 +87,9 @@ pub struct TableSummary {
 pub struct Loss {
     pub source: String,
     pub lost: i64,
+    /// When: the first and last interval with a loss of this source, RFC 3339 UTC.
+    pub first: String,
+    pub last: String,
 }
 
 /// Summarizes one recording; `partitions` bounds the loss query.
@@ -208,7 +211,8 @@ async fn losses(rec: &Recording, partitions: usize) -> Result<Vec<Loss>> {
     let ctx =
         catalog::context_for(std::slice::from_ref(rec), partitions).map_err(catalog::one_line)?;
     let sql =
-        "SELECT source, SUM(lost) AS lost FROM loss GROUP BY source ORDER BY lost DESC, source";
+        "SELECT source, SUM(lost) AS lost, CAST(MIN(ts) AS BIGINT) AS first, CAST(MAX(ts) AS BIGINT) AS last \
+         FROM loss GROUP BY source ORDER BY lost DESC, source";
     let batches = catalog::query_batches(&ctx, sql)
         .await
         .map_err(catalog::one_line)
@@ -219,7 +223,13 @@ async fn losses(rec: &Recording, partitions: usize) -> Result<Vec<Loss>> {
         // dictionary column and the sum.
         let source = cast(batch.column(0), &DataType::Utf8)?;
         let lost = cast(batch.column(1), &DataType::Int64)?;
+        let first = cast(batch.column(2), &DataType::Int64)?;
+        let last = cast(batch.column(3), &DataType::Int64)?;
         let (source, lost) = (source.as_string::<i32>(), lost.as_primitive::<Int64Type>());
+        let (first, last) = (
+            first.as_primitive::<Int64Type>(),
+            last.as_primitive::<Int64Type>(),
+        );
         for i in 0..batch.num_rows() {
             let name = if source.is_null(i) {
                 ""
@@ -229,6 +239,8 @@ async fn losses(rec: &Recording, partitions: usize) -> Result<Vec<Loss>> {
             out.push(Loss {
                 source: name.to_owned(),
                 lost: lost.value(i),
+                first: rfc3339(first.value(i)),
+                last: rfc3339(last.value(i)),
             });
         }
     }
@@ -332,9 +344,24 @@ pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
     if s.lost == 0 {
         writeln!(out, "losses     no events lost")?;
     } else {
-        writeln!(out, "losses     {} events lost", s.lost)?;
+        writeln!(
+            out,
+            "losses     {} lost (events; `late:` sources count skipped timer rounds)",
+            s.lost
+        )?;
+        let source_width = s
+            .lost_by_source
+            .iter()
+            .map(|l| l.source.len())
+            .max()
+            .unwrap_or(0);
         for l in &s.lost_by_source {
-            writeln!(out, "  {:<width$}  {:>12}", l.source, l.lost)?;
+            let when = if l.first == l.last {
+                l.first.clone()
+            } else {
+                format!("{} .. {}", l.first, l.last)
+            };
+            writeln!(out, "  {:<source_width$}  {:>12}  {when}", l.source, l.lost)?;
         }
     }
     if s.skipped_probes.is_empty() {

@@ -53,23 +53,48 @@ pub enum Unsupported {
     LoadRefused(String),
 }
 
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_DAC_READ_SEARCH: u32 = 2;
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// Checks the effective capabilities in the text of `/proc/self/status`.
 pub fn check_privileges(proc_self_status: &str) -> Result<(), Unsupported> {
-    let effective = proc_self_status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
+    let effective = effective_capabilities(proc_self_status);
     let has = |cap: u32| effective & (1 << cap) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         Ok(())
     } else {
         Err(Unsupported::NotPrivileged)
     }
+}
+
+/// Capabilities that are not needed to record but without which part of
+/// the recording is empty: other users' `/proc/<pid>/io` (and `maps`, and
+/// binaries for symbols) need both a ptrace-read check (`CAP_SYS_PTRACE`)
+/// and a file-permission bypass (`CAP_DAC_READ_SEARCH`), found by running
+/// as `nobody` with and without each. Returns what is missing, for a warning.
+pub fn missing_optional_capabilities(proc_self_status: &str) -> Vec<&'static str> {
+    let effective = effective_capabilities(proc_self_status);
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    let mut missing = Vec::new();
+    if !has(CAP_SYS_PTRACE) {
+        missing.push("CAP_SYS_PTRACE");
+    }
+    if !has(CAP_DAC_READ_SEARCH) && !has(CAP_DAC_OVERRIDE) {
+        missing.push("CAP_DAC_READ_SEARCH");
+    }
+    missing
+}
+
+fn effective_capabilities(proc_self_status: &str) -> u64 {
+    proc_self_status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0)
 }
 
 /// Which tracepoints this kernel has, from its BTF (`btf_trace_<name>`).
@@ -446,6 +471,15 @@ mod tests {
         assert!(check_privileges(&status("0000008000000000")).is_err()); // CAP_BPF alone
         assert!(check_privileges(&status("0000000000000000")).is_err());
         assert!(check_privileges("garbage").is_err());
+        // The service's set: CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH.
+        let service = status("000000c000080004");
+        assert!(check_privileges(&service).is_ok());
+        assert!(missing_optional_capabilities(&service).is_empty());
+        assert_eq!(
+            missing_optional_capabilities(&status("000000c000000000")),
+            ["CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"]
+        );
+        assert!(missing_optional_capabilities(&status("000001ffffffffff")).is_empty());
     }
 
     #[test]

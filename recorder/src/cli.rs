@@ -7,6 +7,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use thiserror::Error;
 
+use crate::retention::{default_max_size, Limits};
+
 /// A flag value that parses but cannot be used; exits with the usage code.
 #[derive(Debug, Error)]
 #[error("{0}")]
@@ -29,6 +31,17 @@ Examples:
 
 Then ask the recording what happened, as any user:
   hindsight sql rec 'SELECT prev_comm, count(*) FROM sched_switch GROUP BY 1 ORDER BY 2 DESC LIMIT 10'
+
+Leave it running (oldest files deleted first to stay under 2 GiB and 7 days;
+dist/hindsight-record.service runs it as a service):
+  hindsight-record -o /var/lib/hindsight/rec --max-size 2G --max-age 7d
+
+Memory: the recorder's RSS stays under 64 MiB at the defaults whatever the
+event rate, the 8 MiB ring included (rows are buffered in batches of 64K per
+table; when the disk or encoder falls behind, the kernel drops events and
+counts them per CPU in the loss table).
+
+One recorder per directory: a second one on the same DIR is refused (exit 2).
 
 Exit codes: 0 recorded and every file is complete; 1 failed while recording
 (files closed so far stay readable); 2 bad invocation or an output directory
@@ -84,6 +97,18 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_size)]
     pub ring_size: u64,
 
+    /// Disk budget: after every chunk, the oldest closed files are deleted until the
+    /// recording fits; disk use stays under SIZE plus the one chunk being written
+    /// [default: 2G, capped to a tenth of the output's filesystem; at the 4 GB/day a
+    /// busy 2-CPU host recorded with the defaults (BENCHMARKS.md) that is half a day,
+    /// and weeks on a quiet host].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
+
+    /// Delete closed files that started longer ago than this (e.g. 7d, 12h) [default: no age limit].
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub max_age: Option<Duration>,
+
     /// List the event groups and exit.
     #[arg(long)]
     pub list_events: bool,
@@ -100,6 +125,8 @@ pub struct Config {
     pub task_interval: Duration,
     pub fault_sample: u32,
     pub ring_size: u32,
+    /// Retention: `--max-size` (resolved default) and `--max-age`.
+    pub retention: Limits,
     /// argv as given, kept in recording.json.
     pub command_line: Vec<String>,
 }
@@ -152,6 +179,13 @@ impl Args {
         let output = self
             .output
             .ok_or_else(|| UsageError("--output DIR is required".into()))?;
+        if self.max_size.is_some_and(|s| s < 1 << 20) {
+            return Err(UsageError("--max-size must be at least 1M".into()).into());
+        }
+        let retention = Limits {
+            max_size: self.max_size.unwrap_or_else(|| default_max_size(&output)),
+            max_age: self.max_age,
+        };
         Ok(Config {
             output,
             duration: self.duration,
@@ -161,6 +195,7 @@ impl Args {
             task_interval: self.task_interval,
             fault_sample: self.fault_sample,
             ring_size: self.ring_size as u32,
+            retention,
             command_line,
         })
     }
@@ -234,6 +269,8 @@ mod tests {
             task_interval: Duration::from_secs(10),
             fault_sample: 1,
             ring_size: 8 << 20,
+            max_size: None,
+            max_age: None,
             list_events: false,
         };
         assert_eq!(

@@ -12,6 +12,9 @@
 //!   per CPU in BPF and land in the `loss` table;
 //! - every file a reader can see is complete (see [`sink`]), also after
 //!   SIGINT/SIGTERM;
+//! - disk use is bounded: [`retention`] deletes the oldest closed chunks to
+//!   stay under `--max-size` and `--max-age`, and one recorder at a time
+//!   writes a directory (the lock in [`recording`]);
 //! - it never links DataFusion: reading recordings is the analyzer's job.
 //!
 //! The path of an event: `bpf/*.bpf.c` → ring buffer → [`decode`] →
@@ -30,6 +33,7 @@ mod kernel_tests;
 pub mod procfs;
 pub mod recorder;
 pub mod recording;
+pub mod retention;
 pub mod rows;
 pub mod sink;
 pub mod tasks;

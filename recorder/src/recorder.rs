@@ -28,6 +28,7 @@ use crate::{
     decode::{table_of_kind, Decoder},
     procfs::{clock_ticks_per_second, page_size, Procfs},
     recording::Recording,
+    retention::{self, Retention},
     rows::{AllRows, ProcessRow},
     sink::FileStamp,
     tasks::TaskReader,
@@ -36,6 +37,11 @@ use crate::{
 
 /// Longest the loop sleeps before it drains the ring and checks the clock and signals.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Records drained per turn of the loop at most. Under a storm the kernel
+/// refills the ring as fast as it is drained, so an unbounded drain never
+/// returned: timers, loss counters, chunk rolls and signals waited for the
+/// storm to end. ~64K records take some tens of ms.
+const DRAIN_BUDGET: usize = 64 * 1024;
 /// Longest the loop sleeps when no ring buffer is open (counters and
 /// snapshots only).
 const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
@@ -43,7 +49,7 @@ const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
 const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they are written as one row group:
 /// bounds the recorder's memory (about 60 bytes a row) whatever the event rate.
-pub const BATCH_ROWS: usize = 128 * 1024;
+pub const BATCH_ROWS: usize = 64 * 1024;
 /// NUMA moves and migrations are rare; their ring needs little room.
 const NUMA_RING_SIZE: u32 = 256 << 10;
 
@@ -257,6 +263,7 @@ impl Periodic {
         let ts = clock::utc_now_ns();
         if let (Some((every, next)), Some(map)) = (&mut self.page_cache, cache_counts) {
             if force || now >= *next {
+                push_late(c, ts, "late:page_cache", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 drain_page_cache(map, ts, &mut c.rows.page_cache)?;
                 c.flush_if_full("page_cache")?;
@@ -264,6 +271,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.counters {
             if force || now >= *next {
+                push_late(c, ts, "late:counter", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.read_round(ts, &mut c.rows.counter);
                 push_self_counters(ts, c, lost_total);
@@ -272,6 +280,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.tasks {
             if force || now >= *next {
+                push_late(c, ts, "late:task_stat", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.snapshot_timed(&clock::utc_now_ns, &mut c.rows.task_stat);
                 c.flush_if_full("task_stat")?;
@@ -289,6 +298,46 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
         next += every;
     }
     next
+}
+
+/// Waits up to `timeout` for the rings (they wake us when a quarter full),
+/// then drains at most [`DRAIN_BUDGET`] records. Returns the records
+/// drained, or a negative errno (`-EINTR` when a signal came).
+fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> i32 {
+    // SAFETY: epoll_wait writes at most one event into the one we own.
+    let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
+    let ready =
+        unsafe { libc::epoll_wait(ring.epoll_fd(), &mut event, 1, timeout.as_millis() as i32) };
+    if ready < 0 {
+        return -std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+    }
+    ring.consume_raw_n(DRAIN_BUDGET)
+}
+
+/// Timer rounds that fell due but were skipped because the loop came back
+/// only at `now` (a stalled disk, a starved recorder): collection was late.
+fn missed_ticks(due: Instant, every: Duration, now: Instant) -> u64 {
+    if now <= due || every.is_zero() {
+        return 0;
+    }
+    (now.duration_since(due).as_nanos() / every.as_nanos()) as u64
+}
+
+/// Records skipped rounds of a timed source in `loss` (source `late:<table>`).
+fn push_late(
+    c: &mut Collector,
+    ts: i64,
+    source: &str,
+    due: Instant,
+    every: Duration,
+    now: Instant,
+) {
+    let missed = missed_ticks(due, every, now);
+    if missed > 0 {
+        c.rows.loss.push(ts, None, source, missed as i64);
+    }
 }
 
 /// Sleeps for `duration` or until a signal arrives, whichever is first
@@ -328,6 +377,15 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
     }
+}
+
+/// Retention's hook: after a chunk named `closed` was closed in every
+/// table, delete what the budget no longer allows and note it in
+/// recording.json (saved by the caller).
+fn retire(retention: &mut Retention, recording: &mut Recording, closed: &str) {
+    let tables = hindsight_schemas::TABLES.iter().map(|t| t.name);
+    let retired = retention.after_close(tables, closed, retention::now_ns());
+    recording.meta.retired.extend(retired);
 }
 
 fn wants(config: &Config, group: &str) -> bool {
@@ -371,6 +429,13 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let catalog = if uses_bpf {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         bpf::check_privileges(&status)?;
+        let missing = bpf::missing_optional_capabilities(&status);
+        if !missing.is_empty() {
+            eprintln!(
+                "hindsight-record: warning: without {}, other users' /proc/<pid>/io is unreadable (task_stat read_bytes/write_bytes stay null)",
+                missing.join(" and ")
+            );
+        }
         Some(TracepointCatalog::load()?)
     } else {
         None
@@ -419,7 +484,12 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     skipped.extend(numa.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
     recording.session_mut().skipped_probes = skipped;
+    // The kernel's BTF (several MiB) is only needed to choose programs.
+    drop(catalog);
 
+    let mut retention = Retention::scan(&recording.dir, config.retention);
+    let retired = retention.enforce(retention::now_ns());
+    recording.meta.retired.extend(retired);
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
     recording.save()?;
@@ -509,18 +579,24 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut losses = LossCounters::new();
     let mut lost_total = 0u64;
     let mut failure: Option<anyhow::Error> = None;
+    // The last drain stopped at its budget: the ring still holds records.
+    let mut backlog = false;
 
     loop {
         // The BPF side wakes us only when the ring fills up; otherwise the
         // poll times out and we drain what accumulated.
         let polled = match &ring {
             Some(ring) => {
-                let polled = ring.poll_raw(POLL_INTERVAL);
-                if polled >= 0 || polled == -libc::EINTR {
-                    ring.consume_raw()
-                } else {
-                    polled
-                }
+                let polled = wait_and_drain(
+                    ring,
+                    if backlog {
+                        Duration::ZERO
+                    } else {
+                        POLL_INTERVAL
+                    },
+                );
+                backlog = polled >= DRAIN_BUDGET as i32;
+                polled
             }
             None => {
                 // Nothing streams in: sleep until the next timer, which at
@@ -579,9 +655,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             let offset = clock::measure_offset();
             c.decoder.offset = offset;
             seq += 1;
-            c.file_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
+            let next_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
+            let closed_name = std::mem::replace(&mut c.file_name, next_name);
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
+            retire(&mut retention, &mut recording, &closed_name);
             if let Err(e) = recording.save() {
                 failure = Some(e);
                 break;
@@ -607,6 +685,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     let closed = c.close_chunk();
     let rows = c.writer.join();
+    retire(&mut retention, &mut recording, &c.file_name);
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));
     let saved = recording.save();
     if let Some(e) = failure {
@@ -621,4 +700,24 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         lost: lost_total,
         files: c.writer.stats.files.load(Ordering::Relaxed) as usize,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_are_late_only_when_a_whole_interval_was_missed() {
+        let due = Instant::now();
+        let second = Duration::from_secs(1);
+        let cases = [(0, 0), (999, 0), (1000, 1), (3500, 3)];
+        for (late_ms, missed) in cases {
+            let now = due + Duration::from_millis(late_ms);
+            assert_eq!(missed_ticks(due, second, now), missed, "{late_ms} ms late");
+            // The next deadline is after now, on the grid: the missed ones are skipped.
+            let next = next_tick(due, second, now);
+            assert!(next > now && (next - due).as_millis().is_multiple_of(1000));
+        }
+        assert_eq!(missed_ticks(due, second, due - Duration::from_millis(5)), 0);
+    }
 }

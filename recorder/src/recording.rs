@@ -2,9 +2,12 @@
 //! keeping `recording.json` current (always replaced atomically).
 
 use std::{
-    fs::{self, DirBuilder, OpenOptions},
-    io::Write,
-    os::unix::fs::{DirBuilderExt, OpenOptionsExt},
+    fs::{self, DirBuilder, File, OpenOptions},
+    io::{Read, Write},
+    os::{
+        fd::AsRawFd,
+        unix::fs::{DirBuilderExt, OpenOptionsExt},
+    },
     path::{Path, PathBuf},
 };
 
@@ -38,6 +41,8 @@ pub enum OutputRefused {
     },
     #[error("{0}: exists and is not a directory")]
     NotADirectory(PathBuf),
+    #[error("{path}: another hindsight-record (pid {pid}) is recording into it; stop it or choose another directory")]
+    Locked { path: PathBuf, pid: String },
 }
 
 /// Creates a directory (and parents) with [`DIR_MODE`]; an existing one is fine.
@@ -54,6 +59,47 @@ pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 pub struct Recording {
     pub dir: PathBuf,
     pub meta: RecordingMeta,
+    /// Held for as long as this recorder writes into `dir`.
+    _lock: File,
+}
+
+/// Takes the recording's lock file (see [`layout::LOCK_FILE`]) and writes
+/// our pid into it; refuses when a live recorder holds it. `flock` locks
+/// die with their process, so a recorder killed with `kill -9` leaves a
+/// file that the next one simply takes over.
+pub fn lock(dir: &Path) -> anyhow::Result<File> {
+    let path = dir.join(layout::LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(FILE_MODE)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(OutputRefused::Locked {
+                path: dir.into(),
+                pid: if pid.is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.into()
+                },
+            }
+            .into());
+        }
+        return Err(error).with_context(|| format!("locking {}", path.display()));
+    }
+    file.set_len(0)
+        .and_then(|_| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
 }
 
 impl Recording {
@@ -93,8 +139,8 @@ impl Recording {
                 meta
             } else if fs::read_dir(dir)
                 .with_context(|| format!("reading {}", dir.display()))?
-                .next()
-                .is_some()
+                .flatten()
+                .any(|e| e.file_name() != layout::LOCK_FILE)
             {
                 return Err(OutputRefused::Foreign(dir.into()).into());
             } else {
@@ -104,11 +150,15 @@ impl Recording {
             new_meta(host)
         };
         create_private_dir(dir)?;
+        // Before anything is written or tidied: the temporaries may be a
+        // running recorder's open chunk.
+        let lock = lock(dir)?;
         remove_stale_temporaries(dir)?;
         meta.sessions.push(session);
         let recording = Recording {
             dir: dir.into(),
             meta,
+            _lock: lock,
         };
         recording.save()?;
         Ok(recording)
@@ -223,6 +273,13 @@ mod tests {
         );
 
         let other = root.path().join("other");
+        let held = Recording::open(&other, "h", session()).unwrap();
+        let err = Recording::open(&other, "h", session()).unwrap_err();
+        assert!(
+            matches!(err.downcast_ref::<OutputRefused>(), Some(OutputRefused::Locked { pid, .. }) if *pid == std::process::id().to_string()),
+            "{err}"
+        );
+        drop(held);
         Recording::open(&other, "h", session()).unwrap();
         let err = Recording::open(&other, "elsewhere", session()).unwrap_err();
         assert!(err.to_string().contains("recorded on host h"), "{err}");

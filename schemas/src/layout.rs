@@ -6,6 +6,7 @@
 //!   recording.json                   the recording's self-description (see meta)
 //!   <table>/<start>-<seq>.parquet    closed chunks, one folder a table
 //!   <table>/.<start>-<seq>.parquet.tmp   the chunk being written; never read
+//!   .lock                            held by the recorder writing into it
 //! ```
 
 use parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -80,6 +81,20 @@ pub fn chunk_file_name(start_utc_ns: i64, seq: u64) -> String {
     format!("{start}-{seq:06}.{PARQUET_EXT}")
 }
 
+/// The start time (UTC ns) a closed chunk's name carries; `None` for a
+/// name [`chunk_file_name`] did not produce.
+pub fn chunk_start_ns(file_name: &str) -> Option<i64> {
+    let stem = file_name.strip_suffix(&format!(".{PARQUET_EXT}"))?;
+    let (start, seq) = stem.rsplit_once('-')?;
+    seq.parse::<u64>().ok()?;
+    crate::time::parse_compact_utc(start)
+}
+
+/// Lock file at the root of a recording, held (`flock`) by the one recorder
+/// writing into it and holding its pid; the kernel drops the lock when that
+/// process dies, so a stale file never blocks the next recorder.
+pub const LOCK_FILE: &str = ".lock";
+
 /// The temporary name a chunk is written under before its rename.
 pub fn temp_file_name(final_name: &str) -> String {
     format!(".{final_name}{TEMP_SUFFIX}")
@@ -122,5 +137,8 @@ mod tests {
         assert!(is_chunk_file(&a));
         assert!(!is_chunk_file(&temp_file_name(&a)));
         assert!(!is_chunk_file("recording.json"));
+        assert_eq!(chunk_start_ns(&a), Some(1_700_000_000_000_000_000));
+        assert_eq!(chunk_start_ns("notes.parquet"), None);
+        assert_eq!(chunk_start_ns(&temp_file_name(&a)), None);
     }
 }

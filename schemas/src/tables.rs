@@ -209,8 +209,10 @@ pub static LOSS: Table = Table {
     columns: &[
         col("ts", Timestamp, "ns, UTC", "End of the interval in which the events were lost."),
         nullable("cpu", Int32, "", "CPU the loss happened on; null where it is not per CPU."),
-        col("source", Name, "", "What was lost, as `<cause>:<table>`, for example `ring_full:sched_switch` (the BPF ring buffer was full)."),
-        col("lost", Int64, "events", "Number of events lost."),
+        col("source", Name, "", "What was lost, as `<cause>:<table>`: `ring_full:sched_switch` (the BPF ring buffer was full), \
+            `map_full:page_cache` (the kernel's aggregation map was full), `decode_error:unknown` (a record the recorder could not read), \
+            `late:counter` / `late:task_stat` / `late:page_cache` (the recorder was busy past a timer round and skipped it)."),
+        col("lost", Int64, "events", "Number of events lost; for `late:` sources, the number of timer rounds skipped."),
     ],
 };
 
@@ -322,6 +324,14 @@ pub static PAGE_CACHE: Table = Table {
         col("dirtied", Int64, "pages", "Pages dirtied (to be written back)."),
     ],
 };
+
+/// Tables whose rows describe things that later rows of other tables refer
+/// to (a pid's name and command line; a stack's frames once stacks are
+/// recorded), each written once, when first seen. Retention deletes their
+/// files only as a last resort, after every older file of every other
+/// table, and never by age: a week-old `exec` row still names the process
+/// in this minute's switches.
+pub static REFERENCE_TABLES: &[&str] = &["process", "stack", "frame"];
 
 /// Every table, in the order the docs list them.
 pub static TABLES: &[&Table] = &[

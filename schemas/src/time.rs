@@ -36,6 +36,14 @@ pub fn compact_utc(utc_ns: i64) -> String {
         .to_string()
 }
 
+/// The inverse of [`compact_utc`]; `None` for anything it did not write.
+pub fn parse_compact_utc(text: &str) -> Option<i64> {
+    chrono::NaiveDateTime::parse_from_str(text, "%Y%m%dT%H%M%S%.3fZ")
+        .ok()?
+        .and_utc()
+        .timestamp_nanos_opt()
+}
+
 /// Units a duration may be written in; longer suffixes first, so `ms` is
 /// not read as `m` then `s`.
 const DURATION_UNITS: &[(&str, f64)] = &[

@@ -76,6 +76,12 @@ fn losses_are_summed_by_source() {
         by_source,
         [("ring_full:sched_switch", 12), ("late:counter", 1)]
     );
+    // When: the first and last interval with a loss of each source.
+    let switch = &summary.lost_by_source[0];
+    assert_eq!(
+        (switch.first.as_str(), switch.last.as_str()),
+        ("2023-11-14T22:13:20.010Z", "2023-11-14T22:13:20.020Z")
+    );
     assert_eq!(summary.end.as_deref(), Some("2023-11-14T22:13:20.020Z"));
 
     let out = hindsight([

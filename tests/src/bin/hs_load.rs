@@ -7,6 +7,10 @@
 //! - `sleep SECONDS`: sleep.
 //! - `read FILE`: read FILE once with plain read(2) calls of 64 KiB.
 //! - `evict FILE`: fsync FILE and drop it from the page cache (POSIX_FADV_DONTNEED).
+//! - `fault-storm SECONDS MIB`: for SECONDS, fault in the pages of a MIB
+//!   mapping in a fresh random order, drop them (MADV_DONTNEED) and again:
+//!   page faults by the million whose addresses do not compress, so a
+//!   recording of them grows fast (for the retention tests).
 //!
 //! Prints one JSON object with what it did (pid, pages, ...) on stdout.
 
@@ -50,6 +54,51 @@ fn touch(pages: usize, pause: Duration) -> serde_json::Value {
     // SAFETY: unmapping what we mapped.
     unsafe { libc::munmap(ptr, size) };
     serde_json::json!({ "pages": pages })
+}
+
+fn fault_storm(seconds: f64, mib: usize) -> serde_json::Value {
+    let pages = (mib << 20) / page_size();
+    let size = pages * page_size();
+    // SAFETY: an anonymous private mapping of `size` bytes; checked below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
+    // SAFETY: advising on the mapping we just made: one fault a page.
+    unsafe { libc::madvise(ptr, size, libc::MADV_NOHUGEPAGE) };
+    let base = ptr.cast::<u8>();
+    let mut order: Vec<usize> = (0..pages).collect();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut rounds = 0u64;
+    while Instant::now() < end {
+        for i in (1..pages).rev() {
+            order.swap(i, next() as usize % (i + 1));
+        }
+        for &page in &order {
+            // SAFETY: every offset is inside the mapping.
+            unsafe { base.add(page * page_size()).write_volatile(1) };
+        }
+        // SAFETY: dropping the pages of our own mapping, so they fault again.
+        unsafe { libc::madvise(ptr, size, libc::MADV_DONTNEED) };
+        rounds += 1;
+    }
+    // SAFETY: unmapping what we mapped.
+    unsafe { libc::munmap(ptr, size) };
+    serde_json::json!({ "faults": rounds * pages as u64 })
 }
 
 fn burn(seconds: f64) -> serde_json::Value {
@@ -109,6 +158,7 @@ fn main() {
             Duration::from_millis(arg(2).parse().unwrap()),
         ),
         "burn" => burn(arg(1).parse().unwrap()),
+        "fault-storm" => fault_storm(arg(1).parse().unwrap(), arg(2).parse().unwrap()),
         "sleep" => {
             thread::sleep(Duration::from_secs_f64(arg(1).parse().unwrap()));
             serde_json::json!({})

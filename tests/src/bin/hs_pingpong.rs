@@ -2,7 +2,8 @@
 //!
 //! Forks two single-threaded children, `hs-ping` and `hs-pong`, that pass
 //! one byte back and forth over two pipes `--rounds` times, so each blocks
-//! in `read` about once per round. The parent waits for each child to exit
+//! in `read` about once per round. `--pairs N` runs N such pairs at once
+//! (a context-switch storm for the overload tests). The parent waits for each child to exit
 //! with `waitid(WEXITED | WNOWAIT)`, so the dead child is not reaped yet,
 //! reads its context-switch counts from `/proc/<pid>/status` (the kernel's
 //! own count, including the final switch of the dead task), then reaps it.
@@ -66,23 +67,34 @@ fn main() {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let mut ab = [0i32; 2];
-    let mut ba = [0i32; 2];
-    // SAFETY: pipe writes two fds into the arrays we own.
-    check(unsafe { libc::pipe(ab.as_mut_ptr()) }, "pipe");
-    check(unsafe { libc::pipe(ba.as_mut_ptr()) }, "pipe");
+    let pairs: u64 = std::env::args()
+        .skip_while(|a| a != "--pairs")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mut children = Vec::new();
-    for (name, read_fd, write_fd, first) in [
-        ("hs-ping", ba[0], ab[1], true),
-        ("hs-pong", ab[0], ba[1], false),
-    ] {
-        // SAFETY: this program is single-threaded, so the child may run Rust code after fork.
-        let pid = unsafe { libc::fork() };
-        check(pid, "fork");
-        if pid == 0 {
-            child(name, read_fd, write_fd, rounds, first);
+    for _ in 0..pairs {
+        let mut ab = [0i32; 2];
+        let mut ba = [0i32; 2];
+        // SAFETY: pipe writes two fds into the arrays we own.
+        check(unsafe { libc::pipe(ab.as_mut_ptr()) }, "pipe");
+        check(unsafe { libc::pipe(ba.as_mut_ptr()) }, "pipe");
+        for (name, read_fd, write_fd, first) in [
+            ("hs-ping", ba[0], ab[1], true),
+            ("hs-pong", ab[0], ba[1], false),
+        ] {
+            // SAFETY: this program is single-threaded, so the child may run Rust code after fork.
+            let pid = unsafe { libc::fork() };
+            check(pid, "fork");
+            if pid == 0 {
+                child(name, read_fd, write_fd, rounds, first);
+            }
+            children.push((name, pid));
         }
-        children.push((name, pid));
+        // SAFETY: the children hold their own copies; closing ours.
+        for fd in ab.into_iter().chain(ba) {
+            unsafe { libc::close(fd) };
+        }
     }
     let mut results = Vec::new();
     for (name, pid) in children {

@@ -73,11 +73,18 @@ impl Recorder {
     }
 
     pub fn start_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Recorder {
-        let mut child = Command::new(bin("hindsight-record"))
+        let mut command = Command::new(bin("hindsight-record"));
+        command.envs(env.iter().copied());
+        Self::start_command(command, dir, extra)
+    }
+
+    /// Starts `command` (the recorder, or a wrapper such as `setpriv` that
+    /// execs it) with `--output dir` and `extra` appended.
+    pub fn start_command(mut command: Command, dir: &Path, extra: &[&str]) -> Recorder {
+        let mut child = command
             .arg("--output")
             .arg(dir)
             .args(extra)
-            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -14,6 +14,10 @@ mod cache_and_atop;
 mod counters_and_tasks;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
+/// Left running: retention keeps the disk budget and the newest data; one recorder per directory.
+mod leave_running;
+/// A context-switch storm: dropped and counted in `loss`, memory within its stated bound.
+mod overload;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
 mod sched_ground_truth;
 /// `hindsight slice` of a real recording keeps exactly the window's rows.
