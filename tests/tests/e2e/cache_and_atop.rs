@@ -69,6 +69,8 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
         &rec,
         &["--events", "counters,tasks", "--task-interval", "1s"],
     );
+    // The burner runs at nice -20; so must the sampler, or it may not run.
+    recorder.keep_on_time();
     let sleeper = thread::spawn(|| load(&["sleep", "5"]));
     let burner = load(&["burn", "5"]);
     let sleeper = sleeper.join().unwrap();

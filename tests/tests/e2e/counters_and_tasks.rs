@@ -100,6 +100,7 @@ fn touched_pages_show_in_task_snapshots_and_fault_events() {
         &rec,
         &["--events", "tasks,faults", "--task-interval", "300ms"],
     );
+    recorder.keep_on_time();
     const PAGES: i64 = 20_000;
     let done = load(&["touch", &PAGES.to_string(), "1000"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
