@@ -18,3 +18,5 @@ mod duckdb_reads_it;
 mod sched_ground_truth;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
 mod stop_and_errors;
+/// The incident timeline finds an injected burst; runqlat matches measured lateness.
+mod timeline_and_runqlat;
