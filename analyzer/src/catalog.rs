@@ -12,6 +12,10 @@
 //!   tables with a `host` column (Utf8, last, where a `host=<name>/`
 //!   partition column would be) holding [`host_labels`].
 //!
+//! Then every helper view of `hindsight_schemas::VIEWS` (`cpu_time`,
+//! `off_cpu`, `runq_latency`, `counter_rate`) is defined over those tables,
+//! with `host` in its partitions when there are several recordings.
+//!
 //! Row order is not declared to DataFusion: `schemas` promises sorting
 //! within a row group only, and a wrong declared order gives wrong results.
 
@@ -33,7 +37,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
-use hindsight_schemas::{layout, TABLES};
+use hindsight_schemas::{layout, TABLES, VIEWS};
 
 use crate::recording::{Recording, TableFiles};
 
@@ -89,7 +93,20 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
             }
         }
     }
+    register_views(&ctx, recordings.len() > 1)?;
     Ok(ctx)
+}
+
+/// Registers every helper view of `hindsight_schemas::VIEWS` over the
+/// tables already in `ctx`. Planning a view reads no data.
+fn register_views(ctx: &SessionContext, multi_host: bool) -> Result<()> {
+    for view in VIEWS {
+        let plan = futures::executor::block_on(ctx.sql(&view.sql(multi_host)))
+            .map_err(|e| e.context(format!("defining view {}", view.name)))?
+            .into_unoptimized_plan();
+        ctx.register_table(view.name, Arc::new(ViewTable::new(plan, None)))?;
+    }
+    Ok(())
 }
 
 /// The table provider for one table of one recording.

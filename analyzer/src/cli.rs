@@ -39,6 +39,7 @@ pub enum Command {
     #[command(subcommand)]
     Report(ReportCommand),
     Slice(SliceArgs),
+    Top(TopArgs),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -60,7 +61,7 @@ pub struct RecordArgs {
     pub args: Vec<std::ffi::OsString>,
 }
 
-/// Interval reports (atop, faults, numa, cachetop), each one SQL query.
+/// Interval reports (atop, timeline, runqlat, faults, numa, cachetop), each SQL under the hood.
 #[derive(Debug, Subcommand)]
 #[command(
     long_about = "Interval reports, each one SQL query over the recording; --show-sql prints \
@@ -82,7 +83,57 @@ pub enum ReportCommand {
     /// Per interval, page-cache hits, misses and dirtied pages per process.
     #[command(long_about = CACHETOP_ABOUT)]
     Cachetop(ReportArgs),
+    /// Per interval, run-queue latency histograms (log2, microseconds), like BCC's runqlat.
+    #[command(long_about = RUNQLAT_ABOUT)]
+    Runqlat(RunqlatArgs),
+    /// The incidents: when the system departed from its own baseline, and who caused it.
+    #[command(long_about = TIMELINE_ABOUT)]
+    Timeline(TimelineArgs),
 }
+
+const RUNQLAT_ABOUT: &str = "Per interval, run-queue latency: the time from a thread's wakeup \
+(`sched_wakeup`) to its next switch-in (`sched_switch`), from the `runq_latency` view, as log2 \
+histograms in microseconds like BCC's runqlat: slot [usecs_low, usecs_high] counts the waits of \
+that many whole microseconds. One histogram per interval for every process (`kind` = `all`), then \
+one for each of the --top processes that waited longest in total (`kind` = `process`). --pid keeps \
+one process. Needs the `sched` event group.\n\n\
+Output: --format table prints BCC's bars, a block per interval and process; csv and json print \
+one row per slot with kind, interval_start, pid, comm, usecs_low, usecs_high, count, total_ns \
+(the waits' sum) and lost.\n\n\
+Examples:\n  \
+hindsight report runqlat rec/ --interval 10s --top 3\n  \
+hindsight report runqlat rec/ --pid 4242 -f csv";
+
+const TIMELINE_ABOUT: &str = "The intervals where the system departed from its own baseline, \
+merged into incidents, in time order, each with what departed, by how much, and the processes \
+behind it.\n\n\
+Metrics, per interval: system counter rates (pgscan_kswapd, pgscan_direct, pgsteal_kswapd, \
+pgsteal_direct, pgfault, pgmajfault, pgmigrate_success, numa_pages_migrated, numa_miss, ctxt), \
+cpu_busy and iowait (% of all CPUs), pressure (psi_cpu_some, psi_memory_some, psi_memory_full, \
+psi_io_some, % of time), runq_wait (run-queue wait, ms per s), offcpu_d (uninterruptible off-CPU \
+time, ms per s), lost (events the recorder lost), and per process process_cpu (% of one CPU, from \
+sched_switch), process_faults (task_stat), process_runq_wait and process_offcpu_d.\n\n\
+Method: every series (a system metric, or one process's metric) has a value per interval. Its \
+baseline is its median over the whole range reported, its spread the median absolute deviation \
+(MAD) times 1.4826 (a standard deviation for normal noise, but one a short burst cannot inflate). \
+An interval departs when a value exceeds the median by more than 5 spreads AND by more than the \
+metric's floor (e.g. 25 points of one CPU for process_cpu, 5000/s for ctxt), so flat series do \
+not alarm on noise. Only rises count. An interval without a value counts as zero for processes \
+and events, and is skipped for counters. A series needs 4 intervals for a baseline: report at \
+least 4 intervals. Adjacent departing intervals form one incident: start, end, the peak \
+interval (the largest departure, in spreads), the departed metrics with baseline and observed \
+(peak) values, and the top contributors: the processes whose per-process metrics rose most above \
+their own baselines, with their share of the rise.\n\n\
+Output: --format table prints a block per incident; json prints ONE JSON array of incidents, \
+each {start, end, peak (RFC 3339 UTC), metrics: [{metric, unit, pid, comm, baseline, observed, \
+score, peak}], contributors: [{pid, comm, metric, share}], counters: [names]} (a stable contract \
+for scripts and alerting; an empty array when nothing departed); csv prints one row per departed \
+metric and per contributor. --show-sql prints the statement that computes the per-interval \
+metrics.\n\n\
+Examples:\n  \
+hindsight report timeline rec/\n  \
+hindsight report timeline rec/ --interval 1m --metric pgscan_direct\n  \
+hindsight report timeline rec/ -f json | jq '.[] | {start, who: .contributors[0].comm}'";
 
 const ATOP_ABOUT: &str = "Per interval, atop's system lines (CPU per CPU and in total, context \
 switches, memory, page faults, page scans and steals, migrations, NUMA, pressure) and the top \
@@ -144,21 +195,49 @@ Every table of the schema is there (sched_switch, sched_wakeup, process, loss, .
 nothing was recorded into it. `ts` is a UTC timestamp; compare it with a literal such as \
 TIMESTAMP '2024-05-01T12:00:00Z'. With several recordings, each table is the UNION ALL of \
 them with a `host` column added last. The query is the last argument; quote it. Queries are \
-read-only.\n\n\
+read-only. The helper views cpu_time (on-CPU slices), off_cpu (blocked intervals), \
+runq_latency (wakeup to run) and counter_rate (counter deltas and rates) are there too; \
+`hindsight sql rec/` then `\\d NAME` describes any of them.\n\n\
+Without a query: on a terminal, an interactive shell (line editing, history in \
+~/.hindsight_history, statements end with ';' and may span lines, \\d lists tables and views, \
+\\d NAME describes one with its column docs, \\q quits); otherwise statements and commands are \
+read from standard input, so a script can be piped in.\n\n\
 Examples:\n  \
 hindsight sql rec/ 'SELECT prev_comm, count(*) n FROM sched_switch GROUP BY 1 ORDER BY n DESC'\n  \
-hindsight sql web1/ web2/ --format csv 'SELECT host, count(*) FROM sched_wakeup GROUP BY host'"
+hindsight sql web1/ web2/ --format csv 'SELECT host, count(*) FROM sched_wakeup GROUP BY host'\n  \
+hindsight sql rec/ -f parquet -o slices.parquet 'SELECT * FROM cpu_time'\n  \
+hindsight sql rec/                       # the shell\n  \
+printf '\\\\d\\nSELECT count(*) FROM off_cpu;\\n' | hindsight sql rec/"
 )]
 pub struct SqlArgs {
-    /// Recording directories; with two or more, every table gains a `host` column.
-    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
-    pub recordings: Vec<PathBuf>,
-    /// The SQL query: one read-only statement, as the last argument.
-    #[arg(value_name = "QUERY")]
-    pub query: String,
-    /// Output format: an aligned table, CSV with a header, or JSON lines.
-    #[arg(long, short = 'f', value_enum, default_value_t = FormatArg::Table)]
-    pub format: FormatArg,
+    /// Recording directories (with two or more, every table gains a `host` column), then the
+    /// query: one read-only statement, quoted. The last argument is the query unless it is a
+    /// directory; without a query, the shell opens.
+    #[arg(value_name = "RECORDING... [QUERY]", required = true, num_args = 1..)]
+    pub args: Vec<String>,
+    /// Output format: an aligned table, CSV with a header, JSON lines, or Parquet (with -o).
+    #[arg(long, short = 'f', value_enum, default_value_t = SqlFormatArg::Table)]
+    pub format: SqlFormatArg,
+    /// Write the result to this file (required with --format parquet).
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "FILE",
+        required_if_eq("format", "parquet")
+    )]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SqlFormatArg {
+    /// An aligned table with a header.
+    Table,
+    /// A header line, then one comma-separated line a row.
+    Csv,
+    /// One JSON object a line.
+    Json,
+    /// A zstd Parquet file (needs -o FILE), for pandas, DuckDB, Spark.
+    Parquet,
 }
 
 /// Show what a recording holds: host, sessions, time range, tables, losses.
@@ -228,6 +307,57 @@ pub struct SliceArgs {
     pub output: PathBuf,
 }
 
+/// `report runqlat`'s flags.
+#[derive(Debug, Args)]
+pub struct RunqlatArgs {
+    #[command(flatten)]
+    pub report: ReportArgs,
+    /// Only this process (its pid, the kernel tgid).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+}
+
+/// `report timeline`'s flags.
+#[derive(Debug, Args)]
+pub struct TimelineArgs {
+    #[command(flatten)]
+    pub report: ReportArgs,
+    /// Watch only this metric (see the list above), e.g. pgscan_direct or process_cpu.
+    #[arg(long, value_name = "NAME", value_parser = report::timeline::parse_metric)]
+    pub metric: Option<String>,
+}
+
+/// The atop screen at one moment: system lines and top processes of the interval holding it.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "The atop screen at one moment: `report atop` for the one interval that holds \
+--at (intervals are aligned to multiples of --interval since the Unix epoch), with the same \
+columns and formats.\n\n\
+Examples:\n  \
+hindsight top rec/ --at 2024-05-01T12:03:10Z\n  \
+hindsight top rec/ --at 2024-05-01T12:03:10Z --interval 1m --top 20 -f json"
+)]
+pub struct TopArgs {
+    /// Recording directories; with two or more, rows gain a `host` column.
+    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
+    pub recordings: Vec<PathBuf>,
+    /// The moment to show: RFC 3339, HH:MM[:SS] on the recording's last day, -15m from its end.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub at: When,
+    /// Interval length around --at: 10s, 1m, 500ms.
+    #[arg(long, short = 'i', value_name = "DURATION", default_value = "10s", value_parser = Interval::parse)]
+    pub interval: Interval,
+    /// Processes to show, the busiest first.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Output format: a table for people, or CSV or JSON lines with the same columns.
+    #[arg(long, short = 'f', value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
+    /// Print the SQL on stdout before the result, ending in `;` and a blank line.
+    #[arg(long)]
+    pub show_sql: bool,
+}
+
 /// The flags every report takes.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -287,8 +417,11 @@ pub struct Config {
 pub enum Action {
     Sql {
         recordings: Vec<PathBuf>,
-        query: String,
-        format: Format,
+        /// None: the shell.
+        query: Option<String>,
+        /// None: Parquet.
+        format: Option<Format>,
+        output: Option<PathBuf>,
     },
     Info {
         recordings: Vec<PathBuf>,
@@ -321,10 +454,21 @@ impl Cli {
             .threads
             .map_or_else(catalog::default_partitions, usize::from);
         let action = match self.command {
-            Command::Sql(a) => Action::Sql {
-                recordings: a.recordings,
-                query: a.query,
-                format: a.format.format(),
+            Command::Sql(mut a) => Action::Sql {
+                query: match a.args.last() {
+                    Some(last) if a.args.len() > 1 && !std::path::Path::new(last).is_dir() => {
+                        a.args.pop()
+                    }
+                    _ => None,
+                },
+                recordings: a.args.into_iter().map(PathBuf::from).collect(),
+                format: match a.format {
+                    SqlFormatArg::Table => Some(Format::Table),
+                    SqlFormatArg::Csv => Some(Format::Csv),
+                    SqlFormatArg::Json => Some(Format::Json),
+                    SqlFormatArg::Parquet => None,
+                },
+                output: a.output,
             },
             Command::Record(a) => Action::Record { args: a.args },
             Command::Slice(a) => Action::Slice(crate::slice::Request {
@@ -339,11 +483,15 @@ impl Cli {
                 json: a.format == InfoFormatArg::Json,
             },
             Command::Report(r) => {
-                let (kind, a) = match r {
-                    ReportCommand::Atop(a) => (report::Kind::Atop, a),
-                    ReportCommand::Faults(a) => (report::Kind::Faults, a),
-                    ReportCommand::Numa(a) => (report::Kind::Numa, a),
-                    ReportCommand::Cachetop(a) => (report::Kind::Cachetop, a),
+                let (kind, a, pid, metric) = match r {
+                    ReportCommand::Atop(a) => (report::Kind::Atop, a, None, None),
+                    ReportCommand::Faults(a) => (report::Kind::Faults, a, None, None),
+                    ReportCommand::Numa(a) => (report::Kind::Numa, a, None, None),
+                    ReportCommand::Cachetop(a) => (report::Kind::Cachetop, a, None, None),
+                    ReportCommand::Runqlat(a) => (report::Kind::Runqlat, a.report, a.pid, None),
+                    ReportCommand::Timeline(a) => {
+                        (report::Kind::Timeline, a.report, None, a.metric)
+                    }
                 };
                 Action::Report {
                     kind,
@@ -355,9 +503,27 @@ impl Cli {
                         top: a.top,
                         format: a.format.format(),
                         show_sql: a.show_sql,
+                        pid,
+                        metric,
+                        at: None,
                     },
                 }
             }
+            Command::Top(a) => Action::Report {
+                kind: report::Kind::Atop,
+                recordings: a.recordings,
+                options: report::Options {
+                    interval: a.interval,
+                    from: None,
+                    to: None,
+                    top: a.top,
+                    format: a.format.format(),
+                    show_sql: a.show_sql,
+                    pid: None,
+                    metric: None,
+                    at: Some(a.at),
+                },
+            },
         };
         Config { action, threads }
     }
@@ -383,14 +549,42 @@ mod tests {
                 recordings,
                 query,
                 format,
+                ..
             } => {
                 assert_eq!(recordings, [PathBuf::from("a"), PathBuf::from("b")]);
-                assert_eq!(query, "SELECT 1");
-                assert_eq!(format, Format::Csv);
+                assert_eq!(query.as_deref(), Some("SELECT 1"));
+                assert_eq!(format, Some(Format::Csv));
             }
             other => panic!("{other:?}"),
         }
-        assert!(Cli::try_parse_from(["hindsight", "sql", "SELECT 1"]).is_err());
+        assert!(
+            Cli::try_parse_from(["hindsight", "sql", "rec", "-f", "parquet", "SELECT 1"]).is_err()
+        );
+        // One argument is a recording (and the shell): a lone query fails as "not a recording".
+        match Cli::try_parse_from(["hindsight", "sql", "SELECT 1"])
+            .unwrap()
+            .resolve()
+            .action
+        {
+            Action::Sql {
+                recordings, query, ..
+            } => {
+                assert_eq!(recordings, [PathBuf::from("SELECT 1")]);
+                assert_eq!(query, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A directory last is a recording too.
+        let dir = std::env::temp_dir();
+        let dir = dir.to_str().unwrap();
+        match Cli::try_parse_from(["hindsight", "sql", "a", dir])
+            .unwrap()
+            .resolve()
+            .action
+        {
+            Action::Sql { query, .. } => assert_eq!(query, None),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -15,10 +15,13 @@
 //! - [`recording`]: open and validate a recording directory from its
 //!   `recording.json` and Parquet footers; [`RecordingError`].
 //! - [`catalog`]: register recordings as DataFusion tables, run queries.
-//! - [`output`]: print results as a table, CSV or JSON lines.
+//! - [`output`]: print results as a table, CSV or JSON lines; write Parquet.
+//! - [`shell`]: `hindsight sql` without a query: the interactive shell, or
+//!   a script on standard input.
 //! - [`info`]: the `info` command's summary.
-//! - [`report`]: interval reports (atop, faults, numa, cachetop), one SQL
-//!   statement each, a module per report.
+//! - [`report`]: interval reports (atop, timeline, runqlat, faults, numa,
+//!   cachetop), one SQL statement each, a module per report; `top` is atop
+//!   at one moment.
 //! - [`slice`]: cut a smaller, complete recording out of one.
 //! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
 //!   day, relative to the recording's end or start).
@@ -45,6 +48,7 @@ pub mod info;
 pub mod output;
 pub mod recording;
 pub mod report;
+pub mod shell;
 pub mod slice;
 pub mod when;
 
@@ -95,14 +99,37 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             recordings,
             query,
             format,
+            output: file,
         } => {
             let recordings = recording::open_all(&recordings)?;
             let ctx =
                 catalog::context_for(&recordings, config.threads).map_err(catalog::one_line)?;
+            let Some(query) = query else {
+                let Some(format) = format else {
+                    anyhow::bail!("--format parquet needs a query: the shell prints to a terminal");
+                };
+                let all_ok = shell::run(&ctx, format).await?;
+                return Ok(if all_ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            };
             let stream = catalog::query_stream(&ctx, &query)
                 .await
                 .map_err(catalog::one_line)?;
-            output::write_stream(stream, format, BufWriter::new(io::stdout())).await?;
+            match (format, file) {
+                (None, Some(path)) => output::write_parquet(stream, &path).await?,
+                (Some(format), Some(path)) => {
+                    let file = std::fs::File::create(&path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    output::write_stream(stream, format, BufWriter::new(file)).await?;
+                }
+                (Some(format), None) => {
+                    output::write_stream(stream, format, BufWriter::new(io::stdout())).await?
+                }
+                (None, None) => anyhow::bail!("--format parquet needs -o FILE"),
+            }
         }
         cli::Action::Info { recordings, json } => {
             let recordings = recording::open_all(&recordings)?;

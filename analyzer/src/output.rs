@@ -1,5 +1,5 @@
 //! Query results on a byte stream: an aligned table for people, CSV and
-//! JSON lines for programs.
+//! JSON lines for programs; or a Parquet file ([`write_parquet`]).
 //!
 //! Every format prints timestamps the same way, RFC 3339 in UTC
 //! (`2023-11-14T22:13:20.500Z`, as `hindsight_schemas::time::rfc3339`
@@ -11,9 +11,10 @@
 //! dropped.
 
 use std::io::{self, Write};
+use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -124,6 +125,27 @@ async fn write_all(
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// Writes every batch of `stream` to a zstd Parquet file at `path`, with
+/// the result's schema as it is (timestamps keep their zone).
+pub async fn write_parquet(mut stream: SendableRecordBatchStream, path: &Path) -> Result<()> {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, stream.schema(), Some(props))?;
+    while let Some(batch) = stream.next().await {
+        writer.write(&batch.map_err(catalog::one_line)?)?;
+    }
+    writer
+        .close()
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::{layout, tables::TABLES, SCHEMA_VERSION};
+use crate::{layout, tables::TABLES, views::VIEWS, SCHEMA_VERSION};
 
 pub fn render_schema_md() -> String {
     let mut out = String::new();
@@ -54,19 +54,49 @@ pub fn render_schema_md() -> String {
         let _ = writeln!(w);
         let _ = writeln!(w, "{}", t.doc);
         let _ = writeln!(w);
-        let _ = writeln!(w, "| column | type | null | unit | meaning |");
-        let _ = writeln!(w, "|---|---|---|---|---|");
-        for c in t.columns {
-            let _ = writeln!(
-                w,
-                "| `{}` | {} | {} | {} | {} |",
-                c.name,
-                c.kind.sql_name(),
-                if c.nullable { "yes" } else { "" },
-                c.unit,
-                c.doc
-            );
-        }
+        write_columns(w, t.columns);
+    }
+    let _ = writeln!(w);
+    let _ = writeln!(w, "# Views");
+    let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "`hindsight` defines these views over every recording it opens (`hindsight sql`, the reports). \
+         Their `ts` is a timestamp like the tables', so `date_bin` bins them. With several recordings \
+         open, `host` is their first column and part of every partition."
+    );
+    let _ = writeln!(w);
+    for v in VIEWS {
+        let _ = writeln!(w, "- [`{0}`](#{0})", v.name);
+    }
+    for v in VIEWS {
+        let _ = writeln!(w);
+        let _ = writeln!(w, "## {}", v.name);
+        let _ = writeln!(w);
+        let _ = writeln!(w, "{}", v.doc);
+        let _ = writeln!(w);
+        write_columns(w, v.columns);
+        let _ = writeln!(w);
+        let _ = writeln!(w, "```sql");
+        let _ = writeln!(w, "CREATE VIEW {} AS", v.name);
+        let _ = writeln!(w, "{}", v.sql(false));
+        let _ = writeln!(w, "```");
     }
     out
+}
+
+fn write_columns(w: &mut String, columns: &[crate::Column]) {
+    let _ = writeln!(w, "| column | type | null | unit | meaning |");
+    let _ = writeln!(w, "|---|---|---|---|---|");
+    for c in columns {
+        let _ = writeln!(
+            w,
+            "| `{}` | {} | {} | {} | {} |",
+            c.name,
+            c.kind.sql_name(),
+            if c.nullable { "yes" } else { "" },
+            c.unit,
+            c.doc
+        );
+    }
 }

@@ -11,6 +11,7 @@
 //! - [`layout`]: directory and file names, Parquet key-value metadata.
 //! - [`meta`]: `recording.json`, the recording's self-description.
 //! - [`time`]: the one conversion from the kernel's boot clock to UTC.
+//! - [`views`]: the helper views the analyzer defines over the tables.
 //! - [`doc`]: renders `SCHEMA.md` from the above (a test keeps it current).
 
 pub mod doc;
@@ -18,6 +19,7 @@ pub mod layout;
 pub mod meta;
 pub mod tables;
 pub mod time;
+pub mod views;
 
 /// Version of the on-disk format. Bumped when a reader of the previous
 /// version could misread a new recording; adding a nullable column does not
@@ -25,3 +27,4 @@ pub mod time;
 pub const SCHEMA_VERSION: u32 = 1;
 
 pub use tables::{Column, ColumnType, Table, TABLES};
+pub use views::{View, VIEWS};

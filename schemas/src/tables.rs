@@ -21,6 +21,8 @@ pub enum ColumnType {
     Int64,
     /// Addresses and other unsigned 64-bit values.
     UInt64,
+    /// Ratios and rates; only views compute them, tables store raw integers.
+    Float64,
 }
 
 impl ColumnType {
@@ -35,6 +37,7 @@ impl ColumnType {
             ColumnType::Int32 => DataType::Int32,
             ColumnType::Int64 => DataType::Int64,
             ColumnType::UInt64 => DataType::UInt64,
+            ColumnType::Float64 => DataType::Float64,
         }
     }
 
@@ -48,6 +51,7 @@ impl ColumnType {
             ColumnType::Int32 => "INT",
             ColumnType::Int64 => "BIGINT",
             ColumnType::UInt64 => "BIGINT UNSIGNED",
+            ColumnType::Float64 => "DOUBLE",
         }
     }
 }

@@ -30,9 +30,12 @@ use crate::recording::{self, Recording};
 use crate::when::{self, When};
 
 pub mod atop;
+pub mod baseline;
 pub mod cachetop;
 pub mod faults;
 pub mod numa;
+pub mod runqlat;
+pub mod timeline;
 
 /// Which report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +44,8 @@ pub enum Kind {
     Faults,
     Numa,
     Cachetop,
+    Runqlat,
+    Timeline,
 }
 
 /// A report's resolved flags.
@@ -56,6 +61,13 @@ pub struct Options {
     pub format: Format,
     /// Print the SQL before the result.
     pub show_sql: bool,
+    /// Only this process (reports that take `--pid`).
+    pub pid: Option<i32>,
+    /// Only this metric (`report timeline --metric`).
+    pub metric: Option<String>,
+    /// `top --at`: the one interval that holds this moment (then `from` and
+    /// `to` are unused).
+    pub at: Option<When>,
 }
 
 /// How far before `--from` samples are read, so the first interval has the
@@ -166,13 +178,26 @@ pub struct Env {
     pub multi_host: bool,
     /// `(host label, session start UTC ns, fault_sample)`, one per session.
     pub fault_samples: Vec<(String, i64, u32)>,
+    /// Only this process, where the report supports it.
+    pub pid: Option<i32>,
+    /// Only this metric, where the report supports it.
+    pub metric: Option<String>,
 }
 
 impl Env {
     /// Fails when `--from`/`--to` do not resolve against the recordings.
     pub fn new(options: &Options, recordings: &[Recording]) -> Result<Env> {
-        let (from, to) = when::resolve_window(options.from, options.to, time_range(recordings))
-            .map_err(crate::UsageError)?;
+        let range = time_range(recordings);
+        let (from, to) = match options.at {
+            Some(at) => {
+                let start = options
+                    .interval
+                    .align(at.resolve(range).map_err(crate::UsageError)?);
+                (Some(start), Some(start + options.interval.ns()))
+            }
+            None => when::resolve_window(options.from, options.to, range)
+                .map_err(crate::UsageError)?,
+        };
         let hosts = catalog::host_labels(recordings);
         let fault_samples = recordings
             .iter()
@@ -191,6 +216,8 @@ impl Env {
             top: options.top,
             multi_host: recordings.len() > 1,
             fault_samples,
+            pid: options.pid,
+            metric: options.metric.clone(),
         })
     }
 
@@ -459,6 +486,8 @@ pub fn sql(kind: Kind, env: &Env) -> String {
         Kind::Faults => faults::sql(env),
         Kind::Numa => numa::sql(env),
         Kind::Cachetop => cachetop::sql(env),
+        Kind::Runqlat => runqlat::sql(env),
+        Kind::Timeline => timeline::sql(env),
     }
 }
 
@@ -473,11 +502,23 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
     if options.show_sql {
         write!(out, "{sql};\n\n")?;
     }
-    if kind == Kind::Atop && options.format == Format::Table {
+    let laid_out = matches!(
+        (kind, options.format),
+        (Kind::Timeline, _) | (Kind::Atop | Kind::Runqlat, Format::Table)
+    );
+    if laid_out {
         let batches = catalog::query_batches(&ctx, &sql)
             .await
             .map_err(catalog::one_line)?;
-        atop::write_table(&batches, &env, &mut out)?;
+        match kind {
+            Kind::Atop => atop::write_table(&batches, &env, &mut out)?,
+            Kind::Runqlat => runqlat::write_table(&batches, &mut out)?,
+            _ => {
+                let samples = timeline::samples(&batches)?;
+                let incidents = timeline::incidents(&samples, &env);
+                timeline::write(&incidents, options.format, &mut out)?;
+            }
+        }
         out.flush()?;
     } else {
         let stream = catalog::query_stream(&ctx, &sql)

@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray,
-    TimestampNanosecondArray, UInt64Array,
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+    StringArray, TimestampNanosecondArray, UInt64Array,
 };
 use arrow::datatypes::Int32Type;
 use hindsight_schemas::meta::{RecordingMeta, Session, FORMAT};
@@ -185,6 +185,15 @@ pub fn batch(table: &Table, rows: &[Value]) -> RecordBatch {
                         .map(|v| text(*v).or(Some("").filter(|_| !c.nullable)))
                         .collect::<DictionaryArray<Int32Type>>(),
                 ),
+                ColumnType::Float64 => Arc::new(Float64Array::from(
+                    values
+                        .iter()
+                        .map(|v| {
+                            v.map(|v| v.as_f64().expect("number"))
+                                .or(Some(0.0).filter(|_| !c.nullable))
+                        })
+                        .collect::<Vec<_>>(),
+                )),
                 ColumnType::Text => Arc::new(StringArray::from(
                     values
                         .iter()

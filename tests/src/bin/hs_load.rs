@@ -11,6 +11,16 @@
 //!   mapping in a fresh random order, drop them (MADV_DONTNEED) and again:
 //!   page faults by the million whose addresses do not compress, so a
 //!   recording of them grows fast (for the retention tests).
+//! - `tick COUNT PERIOD_US`: at nice -20 (like `burn`), sleep until each of COUNT
+//!   deadlines PERIOD_US apart (absolute, 1 ns timer slack) and measure how late
+//!   it ran after each: the ground truth of its run-queue latency (plus the
+//!   timer's few microseconds). A deadline already past when it gets there is
+//!   not slept for (no wakeup) and not measured: `late_ns` has one entry per sleep.
+//!   Also prints the kernel's own account of its run-queue waits between its
+//!   first and last sleep: `run_delay_ns` (/proc/self/schedstat), from
+//!   `start_utc_ns` to `end_utc_ns`.
+//!
+//! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N.
 //!
 //! Prints one JSON object with what it did (pid, pages, ...) on stdout.
 
@@ -146,7 +156,83 @@ fn evict(path: &str) -> serde_json::Value {
     serde_json::json!({ "evicted": path })
 }
 
+fn tick(count: usize, period: Duration) -> serde_json::Value {
+    // The default 50 us of timer slack would blur the latencies measured.
+    // SAFETY: prctl on our own thread with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    // The same weight as `burn`'s hogs, so a wait is their slices, not starvation.
+    // SAFETY: setpriority on our own process.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+    let now = || {
+        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+        // SAFETY: clock_gettime fills the struct we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    };
+    let period = period.as_nanos() as i64;
+    let (start_utc_ns, run_delay_before) = (utc_ns(), run_delay_ns());
+    let mut deadline = now();
+    let mut late_ns = Vec::with_capacity(count);
+    for _ in 0..count {
+        deadline += period;
+        if now() >= deadline {
+            continue;
+        }
+        let ts = libc::timespec {
+            tv_sec: deadline / 1_000_000_000,
+            tv_nsec: deadline % 1_000_000_000,
+        };
+        // SAFETY: an absolute sleep on a timespec we own; EINTR just ends it early.
+        unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        late_ns.push(now() - deadline);
+    }
+    let (end_utc_ns, run_delay_after) = (utc_ns(), run_delay_ns());
+    serde_json::json!({
+        "late_ns": late_ns,
+        "run_delay_ns": run_delay_after - run_delay_before,
+        "start_utc_ns": start_utc_ns,
+        "end_utc_ns": end_utc_ns,
+    })
+}
+
+/// Time this thread has waited runnable on a run queue (schedstat field 2).
+fn run_delay_ns() -> i64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .expect("schedstat run_delay")
+}
+
+fn utc_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// Pins this process to one CPU.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity act on ours.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let ret = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(ret, 0, "sched_setaffinity to CPU {cpu}");
+    }
+}
+
 fn main() {
+    if let Ok(cpu) = std::env::var("HS_LOAD_CPU") {
+        pin(cpu.parse().expect("HS_LOAD_CPU is a CPU number"));
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| {
         args.get(i)
@@ -165,6 +251,10 @@ fn main() {
         }
         "read" => read(arg(1)),
         "evict" => evict(arg(1)),
+        "tick" => tick(
+            arg(1).parse().unwrap(),
+            Duration::from_micros(arg(2).parse().unwrap()),
+        ),
         other => panic!("unknown mode {other}"),
     };
     result["pid"] = std::process::id().into();

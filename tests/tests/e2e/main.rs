@@ -24,3 +24,5 @@ mod sched_ground_truth;
 mod slice_real;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
 mod stop_and_errors;
+/// The incident timeline finds an injected burst; runqlat matches measured lateness.
+mod timeline_and_runqlat;

@@ -1,0 +1,381 @@
+//! `report timeline`: the intervals where the system departed from its own
+//! baseline, merged into incidents, in time order.
+//!
+//! One SQL statement ([`sql`]) computes every metric of [`METRICS`] per
+//! interval in long form (`interval_start`, `metric`, `pid`, `comm`,
+//! `value`) from the tables and the helper views (`counter_rate`,
+//! `cpu_time`, `off_cpu`, `runq_latency`); [`super::baseline`] finds the
+//! departures and incidents; this module prints them. `--format json` is a
+//! contract for scripts: one JSON array of incidents, each with `start`,
+//! `end`, `peak` (RFC 3339 UTC), `metrics` and `contributors`.
+
+use std::io::Write;
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use hindsight_schemas::time::rfc3339;
+use serde_json::{json, Value};
+
+use super::baseline::{self, Incident, MetricSpec, Sample};
+use super::{task_deltas, Env};
+use crate::output::{self, Format};
+
+const fn system(name: &'static str, unit: &'static str, floor: f64, events: bool) -> MetricSpec {
+    MetricSpec {
+        name,
+        unit,
+        per_process: false,
+        zero_when_missing: events,
+        floor,
+    }
+}
+
+const fn process(name: &'static str, unit: &'static str, floor: f64) -> MetricSpec {
+    MetricSpec {
+        name,
+        unit,
+        per_process: true,
+        zero_when_missing: true,
+        floor,
+    }
+}
+
+/// Every metric the timeline watches, with the least rise that counts.
+/// System counters keep their kernel names (`/proc/vmstat`, `/proc/stat`).
+pub const METRICS: &[MetricSpec] = &[
+    system("pgscan_kswapd", "pages/s", 1000.0, false),
+    system("pgscan_direct", "pages/s", 100.0, false),
+    system("pgsteal_kswapd", "pages/s", 1000.0, false),
+    system("pgsteal_direct", "pages/s", 100.0, false),
+    system("pgfault", "faults/s", 20_000.0, false),
+    system("pgmajfault", "faults/s", 100.0, false),
+    system("pgmigrate_success", "pages/s", 100.0, false),
+    system("numa_pages_migrated", "pages/s", 100.0, false),
+    system("numa_miss", "pages/s", 1000.0, false),
+    system("ctxt", "switches/s", 5000.0, false),
+    system("cpu_busy", "% of all CPUs", 25.0, false),
+    system("iowait", "% of all CPUs", 10.0, false),
+    system("psi_cpu_some", "% of time", 10.0, false),
+    system("psi_memory_some", "% of time", 5.0, false),
+    system("psi_memory_full", "% of time", 5.0, false),
+    system("psi_io_some", "% of time", 10.0, false),
+    system("runq_wait", "ms/s", 200.0, true),
+    system("offcpu_d", "ms/s", 200.0, true),
+    system("lost", "events", 1.0, true),
+    process("process_cpu", "% of one CPU", 25.0),
+    process("process_faults", "faults/s", 5000.0),
+    process("process_runq_wait", "ms/s", 100.0),
+    process("process_offcpu_d", "ms/s", 200.0),
+];
+
+const VMSTAT: &[&str] = &[
+    "pgscan_kswapd",
+    "pgscan_direct",
+    "pgsteal_kswapd",
+    "pgsteal_direct",
+    "pgfault",
+    "pgmajfault",
+    "pgmigrate_success",
+    "numa_pages_migrated",
+    "numa_miss",
+];
+
+const CPU_TICKS: &[&str] = &[
+    "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+];
+
+const PSI: &[&str] = &[
+    "cpu_some_total",
+    "memory_some_total",
+    "memory_full_total",
+    "io_some_total",
+];
+
+/// Parses `--metric`: a name of [`METRICS`], or an error listing them.
+pub fn parse_metric(name: &str) -> Result<String, String> {
+    if METRICS.iter().any(|m| m.name == name) {
+        return Ok(name.to_owned());
+    }
+    let names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+    Err(format!("no such metric; one of {}", names.join(", ")))
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The statement: every metric per interval, in long form.
+pub fn sql(env: &Env) -> String {
+    let h = env.h();
+    let iv_s = env.interval.ns() as f64 / 1e9;
+    let events = env.event_bounds("ts");
+    let process_comm = "coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm";
+    let metric_filter = match &env.metric {
+        Some(m) => format!("WHERE metric = '{m}'"),
+        None => String::new(),
+    };
+    format!(
+        "WITH counter_bins AS (  -- system-wide counters per interval: change, and the time it covers
+  SELECT {h}{bin} AS interval_start, source, name, sum(delta) AS delta, sum(seconds) AS seconds
+  FROM counter_rate
+  WHERE scope IS NULL AND {events} AND (
+    (source = 'vmstat' AND name IN ({vmstat}))
+    OR (source = 'stat' AND name IN ({ticks}, 'ctxt'))
+    OR (source = 'pressure' AND name IN ({psi})))
+  GROUP BY {h}interval_start, source, name
+),
+ticks AS (  -- CPU time split of the total line
+  SELECT {h}interval_start, sum(delta) AS total,
+    sum(CASE WHEN name NOT IN ('idle', 'iowait') THEN delta ELSE 0 END) AS busy,
+    sum(CASE WHEN name = 'iowait' THEN delta ELSE 0 END) AS iowait
+  FROM counter_bins WHERE source = 'stat' AND name <> 'ctxt'
+  GROUP BY {h}interval_start
+),
+process_cpu AS (  -- on-CPU time per process, by the interval its slices start in
+  SELECT {h}{bin} AS interval_start, pid, {process_comm}, 100.0 * sum(dur_ns) / {iv_ns} AS value
+  FROM cpu_time WHERE {events}
+  GROUP BY {h}interval_start, pid
+),
+process_runq AS (  -- run-queue wait per process, by the interval of the wakeup
+  SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(latency_ns) / 1e6 / {iv_s} AS value
+  FROM runq_latency WHERE {events}
+  GROUP BY {h}interval_start, pid
+),
+process_offcpu AS (  -- uninterruptible (D) off-CPU time per process
+  SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(dur_ns) / 1e6 / {iv_s} AS value
+  FROM off_cpu WHERE state = 'D' AND {events}
+  GROUP BY {h}interval_start, pid
+),
+{task_deltas},
+process_faults AS (  -- minor and major faults per process (task_stat snapshots)
+  SELECT {h}interval_start, pid, max(comm) AS comm, sum(minflt + majflt) / max(seconds) AS value
+  FROM task_delta WHERE seconds > 0 AND {interval_bounds}
+  GROUP BY {h}interval_start, pid
+),
+{lost},
+metrics AS (
+  SELECT {h}interval_start,
+    CASE WHEN source = 'pressure' THEN 'psi_' || replace(name, '_total', '') ELSE name END AS metric,
+    CAST(NULL AS INT) AS pid, CAST(NULL AS VARCHAR) AS comm,
+    CASE WHEN source = 'pressure' THEN 100 * delta / 1e6 / seconds ELSE delta / seconds END AS value
+  FROM counter_bins WHERE seconds > 0 AND (source <> 'stat' OR name = 'ctxt')
+  UNION ALL SELECT {h}interval_start, 'cpu_busy', NULL, NULL, 100.0 * busy / total FROM ticks WHERE total > 0
+  UNION ALL SELECT {h}interval_start, 'iowait', NULL, NULL, 100.0 * iowait / total FROM ticks WHERE total > 0
+  UNION ALL SELECT {h}interval_start, 'runq_wait', NULL, NULL, sum(value) FROM process_runq GROUP BY {h}interval_start
+  UNION ALL SELECT {h}interval_start, 'offcpu_d', NULL, NULL, sum(value) FROM process_offcpu GROUP BY {h}interval_start
+  UNION ALL SELECT {h}interval_start, 'lost', NULL, NULL, CAST(lost AS DOUBLE) FROM lost
+  UNION ALL SELECT {h}interval_start, 'process_cpu', pid, comm, value FROM process_cpu
+  UNION ALL SELECT {h}interval_start, 'process_runq_wait', pid, comm, value FROM process_runq
+  UNION ALL SELECT {h}interval_start, 'process_offcpu_d', pid, comm, value FROM process_offcpu
+  UNION ALL SELECT {h}interval_start, 'process_faults', pid, comm, value FROM process_faults
+)
+SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
+ORDER BY {h}interval_start, metric, pid",
+        bin = env.bin("ts"),
+        vmstat = quoted(VMSTAT),
+        ticks = quoted(CPU_TICKS),
+        psi = quoted(PSI),
+        iv_ns = env.interval.ns(),
+        task_deltas = task_deltas(env),
+        interval_bounds = env.interval_bounds("interval_start"),
+        lost = env.lost_cte(),
+    )
+}
+
+/// The SQL's rows as samples.
+pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
+    let rows = output::json_rows(batches)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(value) = row.get("value").and_then(Value::as_f64) else {
+            continue;
+        };
+        let Some(start) = row.get("interval_start").and_then(Value::as_str) else {
+            continue;
+        };
+        let interval = chrono::DateTime::parse_from_rfc3339(start)?
+            .timestamp_nanos_opt()
+            .unwrap_or_default();
+        out.push(Sample {
+            host: row.get("host").and_then(Value::as_str).map(str::to_owned),
+            interval,
+            metric: row
+                .get("metric")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            pid: row.get("pid").and_then(Value::as_i64).map(|p| p as i32),
+            comm: row.get("comm").and_then(Value::as_str).map(str::to_owned),
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// The incidents of `samples`.
+pub fn incidents(samples: &[Sample], env: &Env) -> Vec<Incident> {
+    baseline::incidents(samples, METRICS, env.interval.ns())
+}
+
+/// An incident as the JSON contract prints it.
+pub fn incident_json(incident: &Incident) -> Value {
+    let metrics: Vec<Value> = incident
+        .metrics
+        .iter()
+        .map(|m| {
+            json!({
+                "metric": m.metric,
+                "unit": m.unit,
+                "pid": m.pid,
+                "comm": m.comm,
+                "baseline": round(m.baseline),
+                "observed": round(m.observed),
+                "score": round(m.score),
+                "peak": rfc3339(m.peak),
+            })
+        })
+        .collect();
+    let contributors: Vec<Value> = incident
+        .contributors
+        .iter()
+        .map(|c| json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share)}))
+        .collect();
+    let counters: Vec<&str> = incident
+        .metrics
+        .iter()
+        .filter(|m| m.pid.is_none())
+        .map(|m| m.metric.as_str())
+        .collect();
+    let mut v = json!({
+        "start": rfc3339(incident.start),
+        "end": rfc3339(incident.end),
+        "peak": rfc3339(incident.peak),
+        "metrics": metrics,
+        "contributors": contributors,
+        "counters": counters,
+    });
+    if let Some(host) = &incident.host {
+        v["host"] = json!(host);
+    }
+    v
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Prints `incidents` in `format`: JSON, one array; CSV, one row per
+/// departed metric and per contributor; a table, a block per incident.
+pub fn write(incidents: &[Incident], format: Format, out: &mut impl Write) -> Result<()> {
+    match format {
+        Format::Json => {
+            let all: Vec<Value> = incidents.iter().map(incident_json).collect();
+            serde_json::to_writer(&mut *out, &Value::Array(all))?;
+            writeln!(out)?;
+        }
+        Format::Csv => {
+            writeln!(
+                out,
+                "incident,host,start,end,peak,row,metric,unit,pid,comm,baseline,observed,score,share"
+            )?;
+            for (i, inc) in incidents.iter().enumerate() {
+                let head = format!(
+                    "{},{},{},{},{}",
+                    i + 1,
+                    csv(inc.host.as_deref().unwrap_or("")),
+                    rfc3339(inc.start),
+                    rfc3339(inc.end),
+                    rfc3339(inc.peak)
+                );
+                for m in &inc.metrics {
+                    writeln!(
+                        out,
+                        "{head},metric,{},{},{},{},{},{},{},",
+                        m.metric,
+                        csv(m.unit),
+                        m.pid.map_or(String::new(), |p| p.to_string()),
+                        csv(m.comm.as_deref().unwrap_or("")),
+                        round(m.baseline),
+                        round(m.observed),
+                        round(m.score)
+                    )?;
+                }
+                for c in &inc.contributors {
+                    writeln!(
+                        out,
+                        "{head},contributor,{},,{},{},,,,{}",
+                        c.metric,
+                        c.pid,
+                        csv(c.comm.as_deref().unwrap_or("")),
+                        round(c.share)
+                    )?;
+                }
+            }
+        }
+        Format::Table => {
+            if incidents.is_empty() {
+                writeln!(out, "no incidents: nothing departed from the baseline")?;
+            }
+            for (i, inc) in incidents.iter().enumerate() {
+                let host = inc
+                    .host
+                    .as_deref()
+                    .map(|h| format!("{h}  "))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "== incident {}  {host}{} .. {}  peak {} ==",
+                    i + 1,
+                    rfc3339(inc.start),
+                    rfc3339(inc.end),
+                    rfc3339(inc.peak)
+                )?;
+                writeln!(
+                    out,
+                    "  {:<20} {:>8} {:<16} {:>12} {:>12} {:>8}  unit",
+                    "METRIC", "PID", "COMM", "BASELINE", "OBSERVED", "SCORE"
+                )?;
+                for m in &inc.metrics {
+                    writeln!(
+                        out,
+                        "  {:<20} {:>8} {:<16} {:>12.1} {:>12.1} {:>8.1}  {}",
+                        m.metric,
+                        m.pid.map_or("-".into(), |p| p.to_string()),
+                        m.comm.as_deref().unwrap_or("-"),
+                        m.baseline,
+                        m.observed,
+                        m.score,
+                        m.unit
+                    )?;
+                }
+                if !inc.contributors.is_empty() {
+                    writeln!(out, "  top contributors:")?;
+                    for c in &inc.contributors {
+                        writeln!(
+                            out,
+                            "  {:>5.1}%  pid {:<8} {:<16} ({})",
+                            100.0 * c.share,
+                            c.pid,
+                            c.comm.as_deref().unwrap_or("-"),
+                            c.metric
+                        )?;
+                    }
+                }
+                writeln!(out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn csv(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}

@@ -1,0 +1,249 @@
+//! `report timeline`, `report runqlat` and `top` over synthetic recordings,
+//! and the `--format` every report takes.
+
+use std::path::Path;
+
+use hindsight_schemas::tables::{COUNTER, SCHED_SWITCH, SCHED_WAKEUP};
+use serde_json::{json, Value};
+
+use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
+use crate::report::atop_recording;
+
+const CHUNK: &str = "20231114T221320.000Z-000001.parquet";
+
+/// 60 s on CPU 0: every 100 ms a daemon (pid 50) runs 1 ms; from 30 s to
+/// 35 s a hog (pid 77, `hog`) runs in between, otherwise the CPU idles.
+/// `ctxt` grows by 1000 to 1040 a second, without a burst.
+fn burst_recording(fx: &Fixture) -> Rec {
+    let rec = fx.recording("rec", "h");
+    let mut switches = Vec::new();
+    let sw = |ms: i64, prev: (i32, &str), next: (i32, &str)| {
+        json!({"ts": t(ms), "cpu": 0, "prev_tid": prev.0, "prev_pid": prev.0, "prev_comm": prev.1,
+               "prev_state": "R", "prev_prio": 120, "next_tid": next.0, "next_pid": next.0,
+               "next_comm": next.1, "next_prio": 120})
+    };
+    let idle = (0, "swapper/0");
+    let daemon = (50, "daemon");
+    let hog = (77, "hog");
+    for tick in 0..600 {
+        let ms = tick * 100;
+        let busy = (30_000..35_000).contains(&ms);
+        let hog_was_running = (30_000..35_000).contains(&(ms - 100));
+        let before = if hog_was_running { hog } else { idle };
+        switches.push(sw(ms, before, daemon));
+        switches.push(sw(ms + 1, daemon, if busy { hog } else { idle }));
+    }
+    rec.chunk(&SCHED_SWITCH, CHUNK, &switches);
+    let mut ctxt = 1_000_000;
+    let counters: Vec<Value> = (0..=60)
+        .map(|k| {
+            ctxt += 1000 + 10 * (k % 5);
+            json!({"ts": t(k * 1000 + 500), "source": "stat", "name": "ctxt", "scope": null, "value": ctxt})
+        })
+        .collect();
+    rec.chunk(&COUNTER, CHUNK, &counters);
+    rec
+}
+
+fn timeline(dir: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["report", "timeline", dir.to_str().unwrap(), "-f", "json"];
+    args.extend_from_slice(extra);
+    let out = hindsight(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("one JSON array")
+}
+
+#[test]
+fn a_burst_is_one_incident_with_its_hog_first() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    let incidents = timeline(&rec.dir, &[]);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let incident = &incidents[0];
+    assert_eq!(incident["start"], "2023-11-14T22:13:50Z");
+    assert_eq!(incident["end"], "2023-11-14T22:14:00Z");
+    assert_eq!(incident["peak"], "2023-11-14T22:13:50Z");
+    let hog = &incident["metrics"][0];
+    assert_eq!(hog["metric"], "process_cpu");
+    assert_eq!(hog["pid"], 77);
+    assert_eq!(hog["comm"], "hog");
+    assert_eq!(hog["baseline"], 0.0);
+    // 50 slices of 99 ms: 4.95 s of 10 s.
+    assert_eq!(hog["observed"], 49.5);
+    let top = &incident["contributors"][0];
+    assert_eq!(
+        (top["pid"].clone(), top["comm"].clone()),
+        (json!(77), json!("hog"))
+    );
+    assert_eq!(top["share"], 1.0);
+    // The daemon runs as always: not a departure.
+    assert!(incident["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["pid"] != 50));
+}
+
+#[test]
+fn the_quiet_part_and_other_metrics_have_no_incident() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    assert_eq!(
+        timeline(&rec.dir, &["--to", "2023-11-14T22:13:50Z", "-i", "5s"]),
+        Vec::<Value>::new()
+    );
+    assert_eq!(
+        timeline(&rec.dir, &["--metric", "ctxt"]),
+        Vec::<Value>::new()
+    );
+    assert_eq!(timeline(&rec.dir, &["--metric", "process_cpu"]).len(), 1);
+    let out = hindsight([
+        "report",
+        "timeline",
+        rec.dir.to_str().unwrap(),
+        "--metric",
+        "bogus",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("pgscan_direct"), "{}", stderr(&out));
+}
+
+#[test]
+fn timeline_table_and_csv_name_the_hog() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    let dir = rec.dir.to_str().unwrap();
+    let table = stdout(&hindsight(["report", "timeline", dir]));
+    assert!(
+        table.contains("== incident 1  2023-11-14T22:13:50Z .. 2023-11-14T22:14:00Z"),
+        "{table}"
+    );
+    assert!(table.contains("pid 77       hog"), "{table}");
+    let csv = stdout(&hindsight(["report", "timeline", dir, "-f", "csv"]));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "incident,host,start,end,peak,row,metric,unit,pid,comm,baseline,observed,score,share"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(",contributor,process_cpu,,77,hog,,,,1")),
+        "{csv}"
+    );
+}
+
+/// Wakeups of thread 9 followed by its switch-in after 0.5 us, 3 us,
+/// 100 us and 120 us; one wakeup of thread 8 that never ran.
+fn runq_recording(fx: &Fixture) -> Rec {
+    let rec = fx.recording("rec", "h");
+    let mut wakeups = Vec::new();
+    let mut switches = Vec::new();
+    for (i, wait_ns) in [500i64, 3_000, 100_000, 120_000].iter().enumerate() {
+        let at = t(i as i64 * 10);
+        wakeups.push(
+            json!({"ts": at, "cpu": 1, "tid": 9, "pid": 9, "comm": "waiter", "target_cpu": 0,
+            "waker_tid": 1, "waker_pid": 1, "new_task": false, "prio": 120}),
+        );
+        switches.push(json!({"ts": at + wait_ns, "cpu": 0, "prev_tid": 0, "prev_pid": 0, "prev_comm": "swapper/0",
+            "prev_state": "R", "prev_prio": 120, "next_tid": 9, "next_pid": 9, "next_comm": "waiter", "next_prio": 120}));
+        switches.push(json!({"ts": at + wait_ns + 1000, "cpu": 0, "prev_tid": 9, "prev_pid": 9, "prev_comm": "waiter",
+            "prev_state": "S", "prev_prio": 120, "next_tid": 0, "next_pid": 0, "next_comm": "swapper/0", "next_prio": 120}));
+    }
+    wakeups.push(
+        json!({"ts": t(100), "cpu": 1, "tid": 8, "pid": 8, "comm": "never", "target_cpu": 0,
+        "waker_tid": 1, "waker_pid": 1, "new_task": false, "prio": 120}),
+    );
+    rec.chunk(&SCHED_WAKEUP, CHUNK, &wakeups);
+    rec.chunk(&SCHED_SWITCH, CHUNK, &switches);
+    rec
+}
+
+#[test]
+fn runqlat_buckets_are_bccs_log2_microseconds() {
+    let fx = Fixture::new();
+    let rec = runq_recording(&fx);
+    let out = hindsight(["report", "runqlat", rec.dir.to_str().unwrap(), "-f", "csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "kind,interval_start,pid,comm,usecs_low,usecs_high,count,total_ns,lost\n\
+         all,2023-11-14T22:13:20Z,,,0,1,1,500,0\n\
+         all,2023-11-14T22:13:20Z,,,2,3,1,3000,0\n\
+         all,2023-11-14T22:13:20Z,,,64,127,2,220000,0\n\
+         process,2023-11-14T22:13:20Z,9,waiter,0,1,1,500,0\n\
+         process,2023-11-14T22:13:20Z,9,waiter,2,3,1,3000,0\n\
+         process,2023-11-14T22:13:20Z,9,waiter,64,127,2,220000,0\n"
+    );
+    let table = stdout(&hindsight([
+        "report",
+        "runqlat",
+        rec.dir.to_str().unwrap(),
+        "--pid",
+        "9",
+    ]));
+    assert!(table.contains("pid 9 waiter"), "{table}");
+    assert!(
+        table.contains(
+            "       64 -> 127      : 2        |****************************************|"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
+fn every_report_takes_every_format() {
+    let fx = Fixture::new();
+    let rec = atop_recording(&fx);
+    let dir = rec.dir.to_str().unwrap();
+    let reports: &[&[&str]] = &[
+        &["report", "atop", dir],
+        &["report", "timeline", dir],
+        &["report", "runqlat", dir],
+        &["report", "numa", dir],
+        &["report", "faults", dir],
+        &["report", "cachetop", dir],
+        &["top", dir, "--at", "2023-11-14T22:13:45Z"],
+    ];
+    for report in reports {
+        for format in ["table", "csv", "json"] {
+            let mut args = report.to_vec();
+            args.extend(["--format", format]);
+            let out = hindsight(&args);
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            assert!(
+                !stdout(&out).is_empty() || format == "json",
+                "{args:?} printed nothing"
+            );
+        }
+    }
+}
+
+#[test]
+fn top_is_atop_for_the_interval_holding_the_moment() {
+    let fx = Fixture::new();
+    let rec = atop_recording(&fx);
+    let dir = rec.dir.to_str().unwrap();
+    let top = stdout(&hindsight([
+        "top",
+        dir,
+        "--at",
+        "2023-11-14T22:13:47Z",
+        "-f",
+        "csv",
+    ]));
+    let atop = stdout(&hindsight([
+        "report",
+        "atop",
+        dir,
+        "--from",
+        "2023-11-14T22:13:40Z",
+        "--to",
+        "2023-11-14T22:13:50Z",
+        "-f",
+        "csv",
+    ]));
+    assert_eq!(top, atop);
+    assert!(top.contains("system,2023-11-14T22:13:40Z"), "{top}");
+    assert!(!top.contains("2023-11-14T22:13:30Z,"), "{top}");
+}

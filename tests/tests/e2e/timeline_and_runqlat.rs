@@ -1,0 +1,242 @@
+//! `report timeline` finds an injected CPU burst (and nothing in the quiet
+//! before it); `report runqlat` of a periodic task behind two hogs on its
+//! CPU counts its sleeps and sums to the kernel's schedstat run_delay.
+
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use hindsight_schemas::time::rfc3339;
+use serde_json::Value;
+
+use crate::fixture::{bin, load, quiet, run, shared, utc_now_ns, Recorder, Scratch};
+
+const S: i64 = 1_000_000_000;
+
+fn hindsight_json(args: &[&str]) -> String {
+    let out = run(Command::new(bin("hindsight")).args(args));
+    assert!(
+        out.status.success(),
+        "hindsight {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Holds the machine quiet: any other test's processes would be incidents
+/// too (a compiler started by someone else is one, rightly).
+#[test]
+fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let rec_dir = scratch.rec();
+    let recorder = Recorder::start(&rec_dir, &[]);
+    thread::sleep(Duration::from_secs(30));
+    let burst_start = utc_now_ns();
+    let burn = load(&["burn", "5"]);
+    let burst_end = utc_now_ns();
+    thread::sleep(Duration::from_secs(15));
+    recorder.stop();
+
+    let rec = rec_dir.to_str().unwrap();
+    let interval = 5 * S;
+    let burn_pid = burn["pid"].as_i64().unwrap();
+
+    // The cpu_time view sums to the CPU time the hog measured itself (getrusage).
+    let out = hindsight_json(&[
+        "sql",
+        rec,
+        "-f",
+        "json",
+        &format!("SELECT sum(dur_ns) AS ns FROM cpu_time WHERE pid = {burn_pid}"),
+    ]);
+    let row: Value = serde_json::from_str(out.trim()).unwrap();
+    let on_cpu_s = row["ns"].as_f64().unwrap() / 1e9;
+    let own_s = burn["cpu_seconds"].as_f64().unwrap();
+    // A slice whose end switch was lost is left out: with losses, a lower bound.
+    let out = hindsight_json(&[
+        "sql",
+        rec,
+        "-f",
+        "json",
+        "SELECT coalesce(sum(lost), 0) AS n FROM loss WHERE source LIKE '%sched_switch'",
+    ]);
+    let lost: Value = serde_json::from_str(out.trim()).unwrap();
+    if lost["n"].as_i64() == Some(0) {
+        assert!(
+            (on_cpu_s - own_s).abs() <= 0.01 + 0.01 * own_s,
+            "cpu_time says {on_cpu_s} s, the hog's getrusage {own_s} s"
+        );
+    } else {
+        assert!(
+            on_cpu_s <= own_s + 0.01,
+            "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s ({lost} switches lost)"
+        );
+    }
+
+    let text = hindsight_json(&["report", "timeline", rec, "-i", "5s", "-f", "json"]);
+    let incidents: Vec<Value> = serde_json::from_str(&text).expect("one JSON array");
+    assert_eq!(incidents.len(), 1, "expected one incident: {text}");
+    let incident = &incidents[0];
+    let time = |key: &str| {
+        parse_utc(
+            incident[key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{key}: {incident}")),
+        )
+    };
+    let (start, end, peak) = (time("start"), time("end"), time("peak"));
+    assert!(
+        (start - burst_start).abs() <= interval && (end - burst_end).abs() <= interval,
+        "incident {} .. {} vs burst {} .. {}",
+        rfc3339(start),
+        rfc3339(end),
+        rfc3339(burst_start),
+        rfc3339(burst_end)
+    );
+    assert!((start..end).contains(&peak), "{incident}");
+    let contributors = incident["contributors"].as_array().unwrap();
+    assert!(
+        contributors
+            .iter()
+            .take(3)
+            .any(|c| c["pid"].as_i64() == Some(burn_pid)),
+        "hs-load ({burn_pid}) is not among the top contributors: {incident}"
+    );
+    let metrics = incident["metrics"].as_array().unwrap();
+    let hog = metrics
+        .iter()
+        .find(|m| m["metric"] == "process_cpu" && m["pid"].as_i64() == Some(burn_pid))
+        .unwrap_or_else(|| panic!("no process_cpu departure of the hog: {incident}"));
+    assert!(
+        hog["observed"].as_f64().unwrap() > 25.0 && hog["baseline"].as_f64().unwrap() < 5.0,
+        "{hog}"
+    );
+
+    // The 30 s before the burst, alone, are quiet.
+    let quiet_text = hindsight_json(&[
+        "report",
+        "timeline",
+        rec,
+        "-i",
+        "5s",
+        "-f",
+        "json",
+        "--to",
+        &rfc3339(burst_start - S),
+    ]);
+    assert_eq!(quiet_text.trim(), "[]", "the quiet part has incidents");
+}
+
+/// Parses the RFC 3339 UTC times the analyzer prints.
+fn parse_utc(text: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .timestamp_nanos_opt()
+        .unwrap()
+}
+
+/// log2 slot of BCC's histograms for a latency in ns: floor(log2(us)), 0 for 0 and 1 us.
+fn slot(ns: i64) -> i64 {
+    let us = ns / 1000;
+    if us < 2 {
+        0
+    } else {
+        63 - i64::from(us.leading_zeros())
+    }
+}
+
+#[test]
+fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec_dir = scratch.rec();
+    let recorder = Recorder::start(&rec_dir, &["--events", "sched"]);
+    let hog = || {
+        Command::new(bin("hs-load"))
+            .args(["burn", "4"])
+            .env("HS_LOAD_CPU", "0")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn hog")
+    };
+    let mut hogs = [hog(), hog()];
+    thread::sleep(Duration::from_millis(200));
+    let ticks = 100;
+    let out = run(Command::new(bin("hs-load"))
+        .args(["tick", &ticks.to_string(), "20000"])
+        .env("HS_LOAD_CPU", "0"));
+    assert!(out.status.success());
+    let tick: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for h in &mut hogs {
+        h.wait().unwrap();
+    }
+    thread::sleep(Duration::from_millis(300));
+    recorder.stop();
+
+    let pid = tick["pid"].as_i64().unwrap();
+    let late = tick["late_ns"].as_array().unwrap();
+    let text = hindsight_json(&[
+        "report",
+        "runqlat",
+        rec_dir.to_str().unwrap(),
+        "--interval",
+        "1h",
+        "--pid",
+        &pid.to_string(),
+        "-f",
+        "json",
+    ]);
+    // The process histogram: one row per slot.
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["kind"] == "process")
+        .collect();
+    let mut counts: Vec<(i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let low = r["usecs_low"].as_i64().unwrap();
+            (slot(low * 1000), r["count"].as_i64().unwrap())
+        })
+        .collect();
+    counts.sort();
+    let total: i64 = counts.iter().map(|c| c.1).sum();
+    // One wakeup per sleep, plus the new task's first wakeup and perhaps one at exit.
+    let sleeps = late.len() as i64;
+    assert!(sleeps > ticks / 2, "slept only {sleeps} of {ticks} ticks");
+    assert!(
+        (sleeps..=sleeps + 3).contains(&total),
+        "{total} wakeups for {sleeps} sleeps: {counts:?}"
+    );
+    // The waits sum to the kernel's own account (schedstat run_delay), which
+    // also holds the waits after preemption: off_cpu rows in state R.
+    let window = format!(
+        "pid = {pid} AND ts >= to_timestamp_nanos({}) AND ts < to_timestamp_nanos({})",
+        tick["start_utc_ns"], tick["end_utc_ns"]
+    );
+    let sum = |sql: String| -> f64 {
+        let out = hindsight_json(&["sql", rec_dir.to_str().unwrap(), "-f", "json", &sql]);
+        let row: Value = serde_json::from_str(out.trim()).unwrap();
+        row["ns"].as_f64().unwrap_or(0.0)
+    };
+    let woken = sum(format!(
+        "SELECT sum(latency_ns) AS ns FROM runq_latency WHERE {window}"
+    ));
+    let preempted = sum(format!(
+        "SELECT sum(dur_ns) AS ns FROM off_cpu WHERE state = 'R' AND {window}"
+    ));
+    let kernel = tick["run_delay_ns"].as_f64().unwrap();
+    assert!(
+        (woken + preempted - kernel).abs() <= 0.05 * kernel + 200_000.0,
+        "runq_latency {woken} ns + preempted {preempted} ns vs schedstat run_delay {kernel} ns"
+    );
+    // The histogram holds every wait of the window.
+    let histogram_ns: f64 = rows.iter().map(|r| r["total_ns"].as_f64().unwrap()).sum();
+    assert!(histogram_ns >= woken, "{histogram_ns} < {woken}");
+    // Behind two hogs some waits are a hog's slice: milliseconds, not microseconds.
+    assert!(
+        counts.iter().any(|(slot, n)| *slot >= 10 && *n > 0),
+        "no wait over a millisecond behind two hogs: {counts:?}"
+    );
+}
