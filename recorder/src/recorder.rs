@@ -620,9 +620,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             c.file_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
-            if let Err(e) = recording.save() {
-                failure = Some(e);
-                break;
+            match recording.save() {
+                // Saved again at the next roll; the writer reports the outage.
+                Err(e) if crate::sink::is_disk_full(&e) => {}
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+                Ok(()) => {}
             }
         }
     }
