@@ -198,8 +198,16 @@ struct WriterThread {
 
 impl WriterThread {
     fn run(&mut self, queue: Receiver<Job>) -> anyhow::Result<RowsWritten> {
-        let result = self.serve(queue);
-        if result.is_err() {
+        let mut result = self.serve(queue);
+        if let Err(e) = result {
+            result = Err(match std::fs::metadata(&self.recording) {
+                // Say the cause, not the file that happened to fail first.
+                Err(gone) => anyhow!(
+                    "{}: the output directory is gone ({gone}); stopping",
+                    self.recording.display()
+                ),
+                Ok(_) => e,
+            });
             // Leave the journals as durable as the disk allows: they are
             // what the next start recovers.
             for sink in &mut self.sinks {
