@@ -82,7 +82,10 @@ pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
 
 /// `hindsight-record recover DIR`: every journal of DIR becomes a chunk.
 fn recover(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    if !dir.join(hindsight_schemas::layout::RECORDING_FILE).is_file() {
+    if !dir
+        .join(hindsight_schemas::layout::RECORDING_FILE)
+        .is_file()
+    {
         return Err(cli::UsageError(format!(
             "{}: not a hindsight recording (no {})",
             dir.display(),

@@ -40,9 +40,7 @@ use std::{
 use anyhow::Context;
 use arrow::{
     array::{Array, AsArray, StringArray, UInt32Array},
-    compute::{
-        concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions,
-    },
+    compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions},
     datatypes::{Int32Type, Int64Type, TimestampNanosecondType},
     record_batch::RecordBatch,
 };
@@ -360,13 +358,8 @@ fn finish_parquet(
         .with_context(|| format!("fsync {}", temp.display()))?;
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
     drop(file);
-    fs::rename(temp, final_path).with_context(|| {
-        format!(
-            "renaming {} to {}",
-            temp.display(),
-            final_path.display()
-        )
-    })?;
+    fs::rename(temp, final_path)
+        .with_context(|| format!("renaming {} to {}", temp.display(), final_path.display()))?;
     if let Some(dir) = final_path.parent() {
         sync_dir(dir).with_context(|| format!("fsync {}", dir.display()))?;
     }
@@ -647,7 +640,10 @@ pub fn recover_recording(recording: &Path) -> anyhow::Result<Vec<Recovered>> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        for name in names.iter().filter(|n| layout::chunk_of_journal(n).is_some()) {
+        for name in names
+            .iter()
+            .filter(|n| layout::chunk_of_journal(n).is_some())
+        {
             recovered.extend(recover_journal(table, &dir.join(name))?);
         }
         for name in names
@@ -656,8 +652,7 @@ pub fn recover_recording(recording: &Path) -> anyhow::Result<Vec<Recovered>> {
         {
             let path = dir.join(name);
             if path.exists() {
-                fs::remove_file(&path)
-                    .with_context(|| format!("removing {}", path.display()))?;
+                fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             }
         }
     }
@@ -801,7 +796,10 @@ mod tests {
         let mut sink = sink(dir.path());
         let table_dir = dir.path().join("sched_switch");
         let batch = switches(&[(3, 1), (1, 0)]);
-        assert_eq!(sink.write(&batch, "c-000000.parquet").unwrap(), Written::Stored);
+        assert_eq!(
+            sink.write(&batch, "c-000000.parquet").unwrap(),
+            Written::Stored
+        );
         sink.sync().unwrap();
         let journal = table_dir.join(layout::journal_file_name("c-000000.parquet"));
         let (entries, torn) = journal::read_journal(&journal).unwrap();
@@ -858,7 +856,10 @@ mod tests {
         assert!(kv
             .iter()
             .any(|k| k.key == layout::key::BOOT_ID && k.value.as_deref() == Some("b")));
-        assert!(recover_recording(dir.path()).unwrap().is_empty(), "idempotent");
+        assert!(
+            recover_recording(dir.path()).unwrap().is_empty(),
+            "idempotent"
+        );
     }
 
     /// A recorder that died after the rename but before removing the journal:

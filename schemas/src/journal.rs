@@ -101,9 +101,10 @@ impl<R: Read + Seek> JournalReader<R> {
         // No internal buffering: after the end-of-stream marker the input
         // stands at the next entry.
         let mut stream = StreamReader::try_new(&mut self.input, None)?;
-        let batch = stream.next().transpose()?.ok_or_else(|| {
-            ArrowError::IpcError("journal entry without a record batch".into())
-        })?;
+        let batch = stream
+            .next()
+            .transpose()?
+            .ok_or_else(|| ArrowError::IpcError("journal entry without a record batch".into()))?;
         // The end-of-stream marker, read by hand: a kill between the batch
         // and the marker would otherwise look like a clean end.
         let mut marker = [0u8; 8];
@@ -169,7 +170,12 @@ mod tests {
         let lost = arrow::array::Int64Array::from_iter_values((0..n as i64).map(|i| i * 10));
         RecordBatch::try_new(
             LOSS.schema(),
-            vec![Arc::new(ts), Arc::new(cpu), Arc::new(source), Arc::new(lost)],
+            vec![
+                Arc::new(ts),
+                Arc::new(cpu),
+                Arc::new(source),
+                Arc::new(lost),
+            ],
         )
         .unwrap()
     }
@@ -203,7 +209,10 @@ mod tests {
         let written = [
             batch(100, &["ring_full:sched_switch", "decode_error:unknown"]),
             batch(200, &["disk_full:counter"]),
-            batch(300, &["decode_error:unknown", "ring_full:sched_switch", "x"]),
+            batch(
+                300,
+                &["decode_error:unknown", "ring_full:sched_switch", "x"],
+            ),
         ];
         let (bytes, _) = journal(&written);
         let mut reader = JournalReader::new(Cursor::new(bytes));

@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::fixture::{bin, pingpong, run, settle, shared, sql, sql_count, utc_now_ns, Recorder, Scratch};
+use crate::fixture::{
+    bin, pingpong, run, settle, shared, sql, sql_count, utc_now_ns, Recorder, Scratch,
+};
 
 /// A shell that wakes every 20 ms until killed (a switch of its pid each
 /// time it waits for its `sleep`), in its own process group.
@@ -70,9 +72,7 @@ fn assert_workload_recorded(rec: &Path, truth: &serde_json::Value) {
 fn last_tick(rec: &Path, pid: u32) -> i64 {
     let rows = sql(
         rec,
-        &format!(
-            "SELECT CAST(max(ts) AS BIGINT) AS last FROM sched_switch WHERE prev_pid = {pid}"
-        ),
+        &format!("SELECT CAST(max(ts) AS BIGINT) AS last FROM sched_switch WHERE prev_pid = {pid}"),
     );
     rows[0]["last"]
         .as_i64()
@@ -97,7 +97,9 @@ fn kill_9_mid_chunk_loses_at_most_the_flush_interval() {
 
     // Live: the analyzer reads the open chunk's journal.
     assert!(
-        hidden_files(&rec).iter().any(|p| p.to_string_lossy().ends_with(".journal")),
+        hidden_files(&rec)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".journal")),
         "the open chunk is journaled: {}",
         String::from_utf8_lossy(&run(Command::new("find").arg(&rec)).stdout)
     );
@@ -115,7 +117,9 @@ fn kill_9_mid_chunk_loses_at_most_the_flush_interval() {
         .success());
 
     // `recover`: every journal becomes a chunk.
-    let out = run(Command::new(bin("hindsight-record")).arg("recover").arg(&rec));
+    let out = run(Command::new(bin("hindsight-record"))
+        .arg("recover")
+        .arg(&rec));
     assert!(
         out.status.success(),
         "recover failed: {}",
@@ -138,10 +142,7 @@ fn kill_9_mid_chunk_loses_at_most_the_flush_interval() {
     assert!(log.contains("recovered"), "{log}");
     assert_eq!(hidden_files(&copy), Vec::<PathBuf>::new());
     assert_workload_recorded(&copy, &truth);
-    assert_eq!(
-        last_tick(&copy, ticker_pid),
-        last_tick(&rec, ticker_pid)
-    );
+    assert_eq!(last_tick(&copy, ticker_pid), last_tick(&rec, ticker_pid));
 }
 
 /// A small tmpfs, unmounted even when the test fails.
@@ -181,7 +182,14 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
     let recorder = Recorder::start(
         &rec,
         &[
-            "--events", "sched,counters", "--chunk", "2s", "--flush", "500ms", "--fsync", "1s",
+            "--events",
+            "sched,counters",
+            "--chunk",
+            "2s",
+            "--flush",
+            "500ms",
+            "--fsync",
+            "1s",
         ],
     );
     thread::sleep(Duration::from_secs(1));
@@ -204,7 +212,11 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
 
     // Every closed file is a complete Parquet file.
     let mut files = 0;
-    for table in fs::read_dir(&rec).unwrap().flatten().filter(|e| e.path().is_dir()) {
+    for table in fs::read_dir(&rec)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
         for chunk in fs::read_dir(table.path()).unwrap().flatten() {
             let path = chunk.path();
             let rows: usize =
@@ -221,13 +233,20 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
         }
     }
     assert!(files > 0);
-    assert_eq!(hidden_files(&rec), Vec::<PathBuf>::new(), "every chunk closed");
+    assert_eq!(
+        hidden_files(&rec),
+        Vec::<PathBuf>::new(),
+        "every chunk closed"
+    );
 
     let dropped = sql_count(
         &rec,
         "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source LIKE 'disk_full:%'",
     );
-    assert!(dropped > 0, "the loss table counts what was not written:\n{log}");
+    assert!(
+        dropped > 0,
+        "the loss table counts what was not written:\n{log}"
+    );
     assert!(
         log.contains("rows were not written"),
         "stderr says what was not written:\n{log}"

@@ -10,10 +10,10 @@ mod fixture;
 
 /// Page-cache hits and misses per process, and the atop report on real snapshots.
 mod cache_and_atop;
-/// kill -9 and recovery, reading a live recording, full and vanished disks.
-mod crash_and_faults;
 /// System counters and task snapshots match /proc; faults match a known workload.
 mod counters_and_tasks;
+/// kill -9 and recovery, reading a live recording, full and vanished disks.
+mod crash_and_faults;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
