@@ -8,6 +8,13 @@
 //! - One recording: each table is a `ListingTable` over `<dir>/<table>/`
 //!   that lists only `*.parquet`, so the hidden `.<name>.parquet.tmp` of a
 //!   chunk being written is never opened. A missing folder is an empty table.
+//! - A recording being written: the rows of its open chunk are in hidden
+//!   journals (`.<name>.parquet.journal`, see `hindsight_schemas::journal`).
+//!   Their complete entries are read when the session opens and the table
+//!   becomes the union of the closed chunks (as listed by `Recording::open`,
+//!   a snapshot, so a chunk that closes meanwhile is not read twice) and a
+//!   memory table of the journals' rows. A torn last entry is skipped; a
+//!   journal whose chunk is already in place is skipped.
 //! - Several recordings: each table is the `UNION ALL` of the recordings'
 //!   tables with a `host` column (Utf8, last, where a `host=<name>/`
 //!   partition column would be) holding [`host_labels`].
@@ -32,12 +39,12 @@ use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::datasource::provider_as_source;
-use datafusion::datasource::ViewTable;
+use datafusion::datasource::{MemTable, ViewTable};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
-use hindsight_schemas::{layout, TABLES, VIEWS};
+use hindsight_schemas::{journal, layout, TABLES, VIEWS};
 
 use crate::recording::{Recording, TableFiles};
 
@@ -117,10 +124,94 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
     }
     let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
         .with_file_extension(format!(".{}", layout::PARQUET_EXT));
-    let config = ListingTableConfig::new(dir_url(&files.dir)?)
+    let journaled = journal_rows(files)?;
+    if journaled.is_empty() {
+        let config = ListingTableConfig::new(dir_url(&files.dir)?)
+            .with_listing_options(options)
+            .with_schema(schema);
+        return Ok(Arc::new(ListingTable::try_new(config)?));
+    }
+    let live = Arc::new(MemTable::try_new(schema.clone(), vec![journaled])?);
+    if files.chunks.is_empty() {
+        return Ok(live);
+    }
+    let urls = files
+        .chunks
+        .iter()
+        .map(|chunk| file_url(&chunk.path))
+        .collect::<Result<Vec<_>>>()?;
+    let config = ListingTableConfig::new_with_multi_paths(urls)
         .with_listing_options(options)
         .with_schema(schema);
-    Ok(Arc::new(ListingTable::try_new(config)?))
+    let closed = Arc::new(ListingTable::try_new(config)?);
+    let name = files.table.name;
+    let plan = LogicalPlanBuilder::scan(
+        TableReference::bare(format!("{name}_closed")),
+        provider_as_source(closed),
+        None,
+    )?
+    .union(
+        LogicalPlanBuilder::scan(
+            TableReference::bare(format!("{name}_journal")),
+            provider_as_source(live),
+            None,
+        )?
+        .build()?,
+    )?
+    .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// Every complete row of the table's journals whose chunk is not closed yet.
+fn journal_rows(files: &TableFiles) -> Result<Vec<RecordBatch>> {
+    let Ok(entries) = std::fs::read_dir(&files.dir) else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let schema = files.table.schema();
+    let mut rows = Vec::new();
+    for name in names {
+        let Some(chunk) = layout::chunk_of_journal(&name) else {
+            continue;
+        };
+        if files.dir.join(chunk).exists() {
+            continue;
+        }
+        let path = files.dir.join(&name);
+        let batches = match journal::read_journal(&path) {
+            Ok((batches, _torn)) => batches,
+            // Closed and removed since the directory was listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(DataFusionError::Plan(format!("{}: {e}", path.display())));
+            }
+        };
+        for batch in batches {
+            rows.push(
+                RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
+                    DataFusionError::Plan(format!(
+                        "{}: not a journal of table {} ({e})",
+                        path.display(),
+                        files.table.name
+                    ))
+                })?,
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// A `file://` URL of one file.
+fn file_url(path: &Path) -> Result<ListingTableUrl> {
+    let absolute = std::path::absolute(path)?;
+    let url = url::Url::from_file_path(&absolute).map_err(|()| {
+        DataFusionError::Plan(format!("{}: cannot be expressed as a URL", path.display()))
+    })?;
+    ListingTableUrl::try_new(url, None)
 }
 
 /// A `file://` URL of a directory, built from the path itself so that

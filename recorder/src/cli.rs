@@ -29,7 +29,11 @@ Examples:
   hindsight-record --output /var/lib/hindsight/rec --duration 30s
   hindsight-record -o rec --events sched --chunk 10s      # until Ctrl-C
 
-Then ask the recording what happened, as any user:
+After a crash (kill -9, power loss), the open chunk's journal becomes an
+ordinary chunk at the next start in the same directory, or now with:
+  hindsight-record recover /var/lib/hindsight/rec
+
+Then ask the recording what happened, as any user (also while it records):
   hindsight sql rec 'SELECT prev_comm, count(*) FROM sched_switch GROUP BY 1 ORDER BY 2 DESC LIMIT 10'
 
 Leave it running (oldest files deleted first to stay under 2 GiB and 7 days;
@@ -55,10 +59,25 @@ CAP_BPF+CAP_PERFMON, BTF at /sys/kernel/btf/vmlinux).";
 /// from /proc, and writes it all to zstd Parquet, one folder a table,
 /// rolling files every --chunk. It needs root (or CAP_BPF and CAP_PERFMON).
 /// It stops at the end of --duration or on SIGINT/SIGTERM, and every file it
-/// leaves is complete.
+/// leaves is complete. SIGHUP closes the current files and starts new ones.
+///
+/// Crash safety: the chunk being written is journaled (Arrow IPC, next to
+/// it as a hidden .journal file); a kill -9 loses at most the last --flush,
+/// a host crash at most the last --fsync. A full disk pauses recording (the
+/// rows not written are counted in the loss table as disk_full:<table>,
+/// and logged once a minute) until there is room again.
 #[derive(Debug, Parser)]
-#[command(name = "hindsight-record", version, after_help = AFTER_HELP)]
+#[command(
+    name = "hindsight-record",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Recording directory: created if missing; an existing recording is appended to.
     #[arg(
         short,
@@ -109,9 +128,29 @@ pub struct Args {
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub max_age: Option<Duration>,
 
+    /// Hand buffered rows to the journal at least this often: what a kill -9 can lose.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_duration)]
+    pub flush: Duration,
+
+    /// fsync the journal at least this often: what a host crash can lose.
+    #[arg(long, value_name = "TIME", default_value = "5s", value_parser = parse_duration)]
+    pub fsync: Duration,
+
     /// List the event groups and exit.
     #[arg(long)]
     pub list_events: bool,
+}
+
+/// Subcommands besides recording.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Turn the journals a killed recorder left in DIR into ordinary Parquet
+    /// chunks (a start in DIR does the same), then exit. Safe to repeat.
+    Recover {
+        /// The recording directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 /// What the recorder runs with, validated.
@@ -127,6 +166,8 @@ pub struct Config {
     pub ring_size: u32,
     /// Retention: `--max-size` (resolved default) and `--max-age`.
     pub retention: Limits,
+    pub flush: Duration,
+    pub fsync: Duration,
     /// argv as given, kept in recording.json.
     pub command_line: Vec<String>,
 }
@@ -176,6 +217,12 @@ impl Args {
                 UsageError("--ring-size must be a power of two between 64K and 1G".into()).into(),
             );
         }
+        if self.flush < Duration::from_millis(100) || self.fsync < self.flush {
+            return Err(UsageError(
+                "--flush must be at least 100ms and --fsync at least --flush".into(),
+            )
+            .into());
+        }
         let output = self
             .output
             .ok_or_else(|| UsageError("--output DIR is required".into()))?;
@@ -196,6 +243,8 @@ impl Args {
             fault_sample: self.fault_sample,
             ring_size: self.ring_size as u32,
             retention,
+            flush: self.flush,
+            fsync: self.fsync,
             command_line,
         })
     }
@@ -261,6 +310,9 @@ mod tests {
     #[test]
     fn events_default_to_always_on_groups_and_reject_unknown_ones() {
         let args = |events: &[&str]| Args {
+            command: None,
+            flush: Duration::from_secs(1),
+            fsync: Duration::from_secs(5),
             output: Some("x".into()),
             duration: None,
             events: events.iter().map(|s| s.to_string()).collect(),

@@ -59,6 +59,9 @@ pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(cli::Command::Recover { dir }) = &args.command {
+        return recover(dir);
+    }
     let config = args.resolve(command_line)?;
     let summary = recorder::record(&config)?;
     let rows: Vec<String> = summary
@@ -77,6 +80,42 @@ pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
         } else {
             format!("{} events lost (see the loss table)", summary.lost)
         }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hindsight-record recover DIR`: every journal of DIR becomes a chunk.
+fn recover(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if !dir
+        .join(hindsight_schemas::layout::RECORDING_FILE)
+        .is_file()
+    {
+        return Err(cli::UsageError(format!(
+            "{}: not a hindsight recording (no {})",
+            dir.display(),
+            hindsight_schemas::layout::RECORDING_FILE
+        ))
+        .into());
+    }
+    // A live recorder's journals are its open chunk, not debris.
+    let _lock = recording::lock(dir)?;
+    let recovered = sink::recover_recording(dir)?;
+    for r in &recovered {
+        println!(
+            "{}: {} rows{}",
+            r.path.display(),
+            r.rows,
+            if r.torn {
+                " (the journal's torn last entry was dropped)"
+            } else {
+                ""
+            }
+        );
+    }
+    eprintln!(
+        "hindsight-record: recovered {} chunk files in {}",
+        recovered.len(),
+        dir.display()
     );
     Ok(ExitCode::SUCCESS)
 }

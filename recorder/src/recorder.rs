@@ -139,12 +139,39 @@ impl Collector {
         self.writer.write(table, batch, &self.file_name)
     }
 
-    /// Flushes every table and closes the chunk's files.
-    fn close_chunk(&mut self) -> anyhow::Result<()> {
+    /// Hands every table's buffered rows to the writer (to the journal).
+    fn flush_all(&mut self) -> anyhow::Result<()> {
         for table in hindsight_schemas::TABLES {
             self.flush(table.name)?;
         }
+        Ok(())
+    }
+
+    /// Flushes every table and closes the chunk's files.
+    fn close_chunk(&mut self) -> anyhow::Result<()> {
+        self.flush_all()?;
         self.writer.close_chunk()
+    }
+
+    /// Rows the writer could not write for a full disk, as `loss` rows, once
+    /// writing works again (written while the disk is full, they would be
+    /// lost too).
+    fn report_disk_full(&mut self) -> u64 {
+        let stats = &self.writer.stats;
+        if stats.disk_full.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let since = stats.disk_full_since_ns.load(Ordering::Relaxed);
+        let mut reported = 0;
+        for (table, dropped) in hindsight_schemas::TABLES.iter().zip(&stats.dropped) {
+            let n = dropped.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                let source = format!("disk_full:{}", table.name);
+                self.rows.loss.push(since, None, &source, n as i64);
+                reported += n;
+            }
+        }
+        reported
     }
 
     fn bytes_written(&self) -> u64 {
@@ -206,6 +233,7 @@ impl LossCounters {
                 }
             }
         }
+        lost_now += collector.report_disk_full();
         let decode_delta = collector.decode_errors - self.last_decode_errors;
         if decode_delta > 0 {
             self.last_decode_errors = collector.decode_errors;
@@ -493,7 +521,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let offset = clock::measure_offset();
     recording.session_mut().clock_offsets.push(offset);
     recording.save()?;
-    let writer = Writer::start(&recording.dir, &stamp)?;
+    let writer = Writer::start(&recording.dir, &stamp, config.fsync)?;
     let mut seq = 0u64;
     let collector = Rc::new(RefCell::new(Collector {
         decoder: Decoder::new(offset),
@@ -575,6 +603,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut periodic = Periodic::new(config, &procfs, started);
     let deadline = config.duration.map(|d| started + d);
     let mut chunk_deadline = started + config.chunk;
+    let mut next_flush = started + config.flush;
     let mut next_loss_read = started + LOSS_INTERVAL;
     let mut losses = LossCounters::new();
     let mut lost_total = 0u64;
@@ -604,6 +633,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 let wake = [
                     periodic.next_due(),
                     Some(chunk_deadline),
+                    Some(next_flush),
                     (!lost_maps.is_empty()).then_some(next_loss_read),
                     deadline,
                 ]
@@ -646,6 +676,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             failure = Some(e);
             break;
         }
+        if now >= next_flush {
+            // What a kill -9 can lose is what is still in the builders.
+            next_flush = next_tick(next_flush, config.flush, now);
+            if let Err(e) = c.flush_all() {
+                failure = Some(e);
+                break;
+            }
+        }
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
             if let Err(e) = c.close_chunk() {
@@ -660,9 +698,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
             retire(&mut retention, &mut recording, &closed_name);
-            if let Err(e) = recording.save() {
-                failure = Some(e);
-                break;
+            match recording.save() {
+                // Saved again at the next roll; the writer reports the outage.
+                Err(e) if crate::sink::is_disk_full(&e) => {}
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+                Ok(()) => {}
             }
         }
     }
@@ -694,10 +737,18 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     closed?;
     let rows = rows?;
     saved?;
+    // Rows a still-full disk kept out, never reported in `loss`.
+    let unreported: u64 = c
+        .writer
+        .stats
+        .dropped
+        .iter()
+        .map(|d| d.load(Ordering::Relaxed))
+        .sum();
     Ok(Summary {
         rows,
         bytes: c.bytes_written(),
-        lost: lost_total,
+        lost: lost_total + unreported,
         files: c.writer.stats.files.load(Ordering::Relaxed) as usize,
     })
 }

@@ -150,10 +150,10 @@ impl Recording {
             new_meta(host)
         };
         create_private_dir(dir)?;
-        // Before anything is written or tidied: the temporaries may be a
-        // running recorder's open chunk.
+        // Before anything is written, tidied or recovered: the temporaries
+        // and journals may be a running recorder's open chunk.
         let lock = lock(dir)?;
-        remove_stale_temporaries(dir)?;
+        recover_stale_chunks(dir)?;
         meta.sessions.push(session);
         let recording = Recording {
             dir: dir.into(),
@@ -204,20 +204,17 @@ fn new_meta(host: &str) -> RecordingMeta {
     }
 }
 
-/// Chunks that a killed recorder left half-written are unreadable by
-/// construction (no footer); removing them keeps the directory tidy.
-fn remove_stale_temporaries(dir: &Path) -> anyhow::Result<()> {
-    for entry in fs::read_dir(dir)?.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            for file in fs::read_dir(&path)?.flatten() {
-                let name = file.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with('.') && name.ends_with(layout::TEMP_SUFFIX) {
-                    let _ = fs::remove_file(file.path());
-                }
-            }
-        }
+/// The journals a killed recorder left become chunks before anything new
+/// is written; their half-written Parquet temporaries go.
+fn recover_stale_chunks(dir: &Path) -> anyhow::Result<()> {
+    let recovered = crate::sink::recover_recording(dir)?;
+    if !recovered.is_empty() {
+        let rows: u64 = recovered.iter().map(|r| r.rows).sum();
+        eprintln!(
+            "hindsight-record: recovered {} chunk files ({rows} rows) that a previous recorder left open in {}",
+            recovered.len(),
+            dir.display()
+        );
     }
     Ok(())
 }

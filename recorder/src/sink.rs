@@ -1,24 +1,37 @@
-//! The Parquet sink: one per table, writing the chunk files of a recording.
+//! The Parquet sink: one per table, writing the chunk files of a recording,
+//! and the journal that makes the open chunk survive a crash.
 //!
 //! Guarantees, which the rest of the recorder and every reader rely on:
-//! - A reader never sees a partial file. A chunk is written under a hidden
-//!   temporary name (`<table>/.<name>.parquet.tmp`), then closed (footer
-//!   written), fsynced, renamed to `<name>.parquet` and the directory
-//!   fsynced. Readers list only `*.parquet` names that do not start with `.`.
-//! - Memory is bounded by the caller's batch size: each batch written is
-//!   one Parquet row group, encoded and flushed to the temporary file at once.
+//! - A reader never sees a partial Parquet file. A chunk is written under a
+//!   hidden temporary name (`<table>/.<name>.parquet.tmp`), then closed
+//!   (footer written), fsynced, renamed to `<name>.parquet` and the
+//!   directory fsynced. Readers list only `*.parquet` names that do not
+//!   start with `.`.
+//! - Every row handed to [`TableSink::write`] is first appended to the
+//!   chunk's journal (`<table>/.<name>.parquet.journal`, see
+//!   `hindsight_schemas::journal`) with one `write`, before anything else
+//!   happens to it: from then on a `kill -9` cannot lose it (it is in the
+//!   page cache), and after [`TableSink::sync`] (every `--fsync`) neither can
+//!   a host crash. The journal is removed only after the chunk's Parquet
+//!   file is renamed into place; [`recover_recording`] turns the journals a
+//!   dead recorder left into ordinary sorted chunks.
+//! - Memory is bounded: rows wait for their row group in the sink until
+//!   [`ROW_GROUP_ROWS`] have gathered, then are sorted and encoded at once.
 //! - Within each row group, rows are sorted by the table's sort key (for
 //!   example `cpu, ts`), and the file declares it in its metadata.
 //! - Every file carries the schema version, table, host and boot id in its
-//!   key-value metadata, so it still says what it is when mailed alone.
-//!
-//! A chunk whose recorder is killed before the rename stays a `.tmp` file:
-//! never read, removed by the next recorder start. (Journaling the open
-//! chunk so a kill loses at most a second is a separate layer.)
+//!   key-value metadata (the journal too), so it still says what it is when
+//!   mailed alone.
+//! - A full disk (ENOSPC, EDQUOT) is not an error: the entry that failed is
+//!   cut off the journal and its rows reported as dropped
+//!   ([`Written::DiskFull`]); a Parquet file that failed is deleted and
+//!   rebuilt from the journal at close; a close that fails is retried from
+//!   the journal later ([`Closed::Deferred`]). Closed files are never touched.
 
 use std::{
+    collections::HashMap,
     fs::{self, File, OpenOptions},
-    io::BufWriter,
+    io::{self, BufWriter, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     sync::Arc,
@@ -27,12 +40,17 @@ use std::{
 use anyhow::Context;
 use arrow::{
     array::{Array, AsArray, StringArray, UInt32Array},
-    compute::{lexsort_to_indices, take_record_batch, SortColumn, SortOptions},
+    compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn, SortOptions},
     datatypes::{Int32Type, Int64Type, TimestampNanosecondType},
     record_batch::RecordBatch,
 };
-use hindsight_schemas::{layout, Table};
+use hindsight_schemas::{journal, layout, Table, TABLES};
 use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
+
+/// Rows gathered (and journaled) before they are sorted and written as one
+/// Parquet row group: large enough for good compression, small enough to
+/// bound the writer's memory (about 60 bytes a row, per table).
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// Mode of every file a recording holds: recordings contain command lines.
 pub const FILE_MODE: u32 = 0o640;
@@ -45,10 +63,98 @@ pub struct FileStamp {
     pub recorder_version: String,
 }
 
+impl FileStamp {
+    /// The stamp a chunk's key-value metadata (or its journal's) carries.
+    fn from_metadata(metadata: &HashMap<String, String>) -> Self {
+        let get = |key: &str| metadata.get(key).cloned().unwrap_or_default();
+        FileStamp {
+            host: get(layout::key::HOST),
+            boot_id: get(layout::key::BOOT_ID),
+            recorder_version: get(layout::key::RECORDER_VERSION),
+        }
+    }
+}
+
+/// Whether an error is the disk (or the user's quota) being full, anywhere
+/// in its chain: the one write failure the recorder rides out.
+pub fn is_disk_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(io_is_disk_full)
+    })
+}
+
+fn io_is_disk_full(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// What became of a batch handed to [`TableSink::write`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Journaled (and counted in `rows_written`).
+    Stored,
+    /// Not written: the disk is full. The rows are lost and must be counted.
+    DiskFull { dropped: u64 },
+}
+
+/// What became of the open chunk at [`TableSink::close_chunk`].
+#[derive(Debug)]
+pub enum Closed {
+    /// No chunk was open.
+    Nothing,
+    /// Renamed into place; its journal is gone.
+    File(PathBuf),
+    /// The disk is full: the journal stays, to become a chunk with
+    /// [`recover_journal`] once there is room (or at the next start).
+    Deferred(PathBuf),
+}
+
+/// Rows waiting for their row group.
+#[derive(Default)]
+struct RowGroupBuffer {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+}
+
+impl RowGroupBuffer {
+    fn push(&mut self, batch: RecordBatch) {
+        self.rows += batch.num_rows();
+        self.batches.push(batch);
+    }
+
+    fn is_full(&self) -> bool {
+        self.rows >= ROW_GROUP_ROWS
+    }
+
+    /// Everything pending as one batch sorted by the table's key (None if empty).
+    fn take_sorted(&mut self, table: &Table) -> anyhow::Result<Option<RecordBatch>> {
+        self.rows = 0;
+        let batches = std::mem::take(&mut self.batches);
+        let batch = match batches.as_slice() {
+            [] => return Ok(None),
+            [one] => one.clone(),
+            many => concat_batches(&table.schema(), many)?,
+        };
+        Ok(Some(sort_batch(table, &batch)?))
+    }
+}
+
+/// A chunk being written: its journal (every row, the truth after a crash)
+/// and its Parquet file (row groups so far).
 struct OpenChunk {
-    writer: ArrowWriter<BufWriter<File>>,
+    /// None once a write to it failed on a full disk: the file is deleted
+    /// and rebuilt from the journal at close.
+    parquet: Option<ArrowWriter<BufWriter<File>>>,
     temp_path: PathBuf,
     final_path: PathBuf,
+    journal: File,
+    journal_path: PathBuf,
+    /// Length of the journal's complete entries: a failed append is cut back to it.
+    journal_len: u64,
+    pending: RowGroupBuffer,
+    /// Whether the directory entries of the new files have been fsynced.
+    dir_synced: bool,
 }
 
 /// Writes one table's chunks.
@@ -56,6 +162,8 @@ pub struct TableSink {
     table: &'static Table,
     dir: PathBuf,
     props: WriterProperties,
+    /// The key-value metadata, also stamped on every journal entry.
+    metadata: HashMap<String, String>,
     open: Option<OpenChunk>,
     /// Bytes of the files this sink has closed, for the recorder's own accounting.
     pub bytes_written: u64,
@@ -167,14 +275,86 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The one place a Parquet file is created: the hidden temporary name, the
+/// recording's file mode.
+fn create_private_file(path: &Path) -> anyhow::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))
+}
+
+fn start_parquet(
+    path: &Path,
+    table: &Table,
+    props: &WriterProperties,
+) -> anyhow::Result<ArrowWriter<BufWriter<File>>> {
+    let file = create_private_file(path)?;
+    ArrowWriter::try_new(
+        BufWriter::with_capacity(256 << 10, file),
+        Arc::clone(&table.schema()),
+        Some(props.clone()),
+    )
+    .with_context(|| format!("starting {}", path.display()))
+}
+
+/// Writes the footer, fsyncs, renames `temp` to `final_path` and fsyncs the
+/// directory; returns the file's size.
+fn finish_parquet(
+    writer: ArrowWriter<BufWriter<File>>,
+    temp: &Path,
+    final_path: &Path,
+) -> anyhow::Result<u64> {
+    let buffered = writer
+        .into_inner()
+        .with_context(|| format!("closing {}", temp.display()))?;
+    let file = buffered
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("flushing {}", temp.display()))?;
+    file.sync_all()
+        .with_context(|| format!("fsync {}", temp.display()))?;
+    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    drop(file);
+    fs::rename(temp, final_path)
+        .with_context(|| format!("renaming {} to {}", temp.display(), final_path.display()))?;
+    if let Some(dir) = final_path.parent() {
+        sync_dir(dir).with_context(|| format!("fsync {}", dir.display()))?;
+    }
+    Ok(bytes)
+}
+
+fn write_row_group(
+    writer: &mut ArrowWriter<BufWriter<File>>,
+    batch: &RecordBatch,
+    path: &Path,
+) -> anyhow::Result<()> {
+    writer
+        .write(batch)
+        .and_then(|()| writer.flush())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 impl TableSink {
     pub fn new(recording: &Path, table: &'static Table, stamp: &FileStamp) -> anyhow::Result<Self> {
         let dir = recording.join(table.name);
         crate::recording::create_private_dir(&dir)?;
+        let metadata = layout::file_metadata(
+            table.name,
+            &stamp.host,
+            &stamp.boot_id,
+            &stamp.recorder_version,
+        )
+        .into_iter()
+        .collect();
         Ok(TableSink {
             table,
             dir,
             props: writer_properties(table, stamp),
+            metadata,
             open: None,
             bytes_written: 0,
             rows_written: 0,
@@ -185,82 +365,259 @@ impl TableSink {
         self.table
     }
 
-    /// Appends a batch as one sorted row group of the open chunk, opening
-    /// the chunk file named `file_name` when none is open.
-    pub fn write(&mut self, batch: &RecordBatch, file_name: &str) -> anyhow::Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
+    /// Journals a batch for the open chunk, opening the chunk named
+    /// `file_name` when none is open; writes a sorted row group once
+    /// [`ROW_GROUP_ROWS`] have gathered.
+    pub fn write(&mut self, batch: &RecordBatch, file_name: &str) -> anyhow::Result<Written> {
+        let rows = batch.num_rows() as u64;
+        if rows == 0 {
+            return Ok(Written::Stored);
         }
-        let sorted = sort_batch(self.table, batch)?;
         if self.open.is_none() {
-            self.open = Some(self.open_chunk(file_name)?);
+            match self.open_chunk(file_name) {
+                Ok(chunk) => self.open = Some(chunk),
+                Err(e) if is_disk_full(&e) => return Ok(Written::DiskFull { dropped: rows }),
+                Err(e) => return Err(e),
+            }
         }
+        let entry = journal::encode_entry(batch, &self.metadata)
+            .with_context(|| format!("encoding a journal entry of {}", self.table.name))?;
         let chunk = self.open.as_mut().expect("opened above");
-        let path = &chunk.temp_path;
-        chunk
-            .writer
-            .write(&sorted)
-            .with_context(|| format!("writing {}", path.display()))?;
-        chunk
-            .writer
-            .flush()
-            .with_context(|| format!("writing {}", path.display()))?;
-        self.rows_written += sorted.num_rows() as u64;
-        Ok(())
+        if let Err(e) = chunk.journal.write_all(&entry) {
+            // Cut the partial entry off, so later entries follow a complete one.
+            let _ = chunk.journal.set_len(chunk.journal_len);
+            if io_is_disk_full(&e) {
+                return Ok(Written::DiskFull { dropped: rows });
+            }
+            return Err(e).with_context(|| format!("writing {}", chunk.journal_path.display()));
+        }
+        chunk.journal_len += entry.len() as u64;
+        chunk.pending.push(batch.clone());
+        self.rows_written += rows;
+        if chunk.pending.is_full() {
+            self.write_pending()?;
+        }
+        Ok(Written::Stored)
+    }
+
+    /// Writes the pending rows as one row group. On a full disk the Parquet
+    /// file is given up (and its space freed): the journal has the rows.
+    fn write_pending(&mut self) -> anyhow::Result<()> {
+        let Some(chunk) = self.open.as_mut() else {
+            return Ok(());
+        };
+        let Some(sorted) = chunk.pending.take_sorted(self.table)? else {
+            return Ok(());
+        };
+        let Some(writer) = chunk.parquet.as_mut() else {
+            return Ok(());
+        };
+        match write_row_group(writer, &sorted, &chunk.temp_path) {
+            Ok(()) => Ok(()),
+            Err(e) if is_disk_full(&e) => {
+                chunk.parquet = None;
+                let _ = fs::remove_file(&chunk.temp_path);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn open_chunk(&self, file_name: &str) -> anyhow::Result<OpenChunk> {
         let final_path = self.dir.join(file_name);
         let temp_path = self.dir.join(layout::temp_file_name(file_name));
-        let file = OpenOptions::new()
-            .write(true)
+        let journal_path = self.dir.join(layout::journal_file_name(file_name));
+        let journal = OpenOptions::new()
+            .append(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .mode(FILE_MODE)
-            .open(&temp_path)
-            .with_context(|| format!("creating {}", temp_path.display()))?;
-        let writer = ArrowWriter::try_new(
-            BufWriter::with_capacity(256 << 10, file),
-            Arc::clone(&self.table.schema()),
-            Some(self.props.clone()),
-        )
-        .with_context(|| format!("starting {}", temp_path.display()))?;
+            .open(&journal_path)
+            .with_context(|| format!("creating {}", journal_path.display()))?;
+        // A journal of this name can only be left from a run that died
+        // before recovery: never append behind its torn tail.
+        journal
+            .set_len(0)
+            .with_context(|| format!("creating {}", journal_path.display()))?;
+        let parquet = match start_parquet(&temp_path, self.table, &self.props) {
+            Ok(writer) => Some(writer),
+            Err(e) if is_disk_full(&e) => None,
+            Err(e) => return Err(e),
+        };
         Ok(OpenChunk {
-            writer,
+            parquet,
             temp_path,
             final_path,
+            journal,
+            journal_path,
+            journal_len: 0,
+            pending: RowGroupBuffer::default(),
+            dir_synced: false,
         })
     }
 
-    /// Closes the open chunk (if any): footer, fsync, rename, fsync the dir.
-    /// Returns the path of the closed file.
-    pub fn close_chunk(&mut self) -> anyhow::Result<Option<PathBuf>> {
-        let Some(chunk) = self.open.take() else {
-            return Ok(None);
+    /// fsyncs the open chunk's journal (and, the first time, the directory
+    /// that holds it), so a host crash loses nothing journaled before.
+    pub fn sync(&mut self) -> anyhow::Result<()> {
+        let Some(chunk) = self.open.as_mut() else {
+            return Ok(());
         };
-        let temp = &chunk.temp_path;
-        let buffered = chunk
-            .writer
-            .into_inner()
-            .with_context(|| format!("closing {}", temp.display()))?;
-        let file = buffered
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("flushing {}", temp.display()))?;
-        file.sync_all()
-            .with_context(|| format!("fsync {}", temp.display()))?;
-        self.bytes_written += file.metadata().map(|m| m.len()).unwrap_or(0);
-        drop(file);
-        fs::rename(temp, &chunk.final_path).with_context(|| {
-            format!(
-                "renaming {} to {}",
-                temp.display(),
-                chunk.final_path.display()
-            )
-        })?;
-        sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
-        Ok(Some(chunk.final_path))
+        chunk
+            .journal
+            .sync_data()
+            .with_context(|| format!("fsync {}", chunk.journal_path.display()))?;
+        if !chunk.dir_synced {
+            sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
+            chunk.dir_synced = true;
+        }
+        Ok(())
     }
+
+    /// Closes the open chunk (if any): last row group, footer, fsync,
+    /// rename, fsync the dir, then removes the journal.
+    pub fn close_chunk(&mut self) -> anyhow::Result<Closed> {
+        if self.open.is_none() {
+            return Ok(Closed::Nothing);
+        }
+        let finished = self.write_pending().and_then(|()| {
+            let chunk = self.open.as_mut().expect("checked above");
+            match chunk.parquet.take() {
+                Some(writer) => finish_parquet(writer, &chunk.temp_path, &chunk.final_path),
+                None => {
+                    // The Parquet file was given up on a full disk: rebuild it.
+                    let rebuilt = recover_journal(self.table, &chunk.journal_path)?;
+                    Ok(rebuilt.map_or(0, |r| r.bytes))
+                }
+            }
+        });
+        let chunk = self.open.take().expect("checked above");
+        match finished {
+            Ok(bytes) => {
+                self.bytes_written += bytes;
+                // After the rename: a crash in between leaves both, and readers
+                // and recovery prefer the Parquet file.
+                let _ = fs::remove_file(&chunk.journal_path);
+                Ok(Closed::File(chunk.final_path))
+            }
+            Err(e) if is_disk_full(&e) => {
+                let _ = fs::remove_file(&chunk.temp_path);
+                Ok(Closed::Deferred(chunk.journal_path))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A journal turned into a chunk.
+#[derive(Debug)]
+pub struct Recovered {
+    pub table: &'static str,
+    pub path: PathBuf,
+    pub rows: u64,
+    pub bytes: u64,
+    /// Whether the journal ended in a partial entry (dropped).
+    pub torn: bool,
+}
+
+/// Turns the journal at `journal_path` (of `table`) into the sorted Parquet
+/// chunk it stands for, then removes it. A journal whose chunk is already
+/// in place (the recorder died between rename and removal) is just
+/// removed; one without a single complete entry too. Returns what was written.
+pub fn recover_journal(
+    table: &'static Table,
+    journal_path: &Path,
+) -> anyhow::Result<Option<Recovered>> {
+    let name = journal_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let chunk_name = layout::chunk_of_journal(&name)
+        .with_context(|| format!("{}: not a journal", journal_path.display()))?;
+    let dir = journal_path.parent().unwrap_or(Path::new("."));
+    let final_path = dir.join(chunk_name);
+    let temp_path = dir.join(layout::temp_file_name(chunk_name));
+    let remove_journal = || {
+        fs::remove_file(journal_path)
+            .with_context(|| format!("removing {}", journal_path.display()))
+    };
+    if final_path.exists() {
+        remove_journal()?;
+        return Ok(None);
+    }
+    let mut entries = journal::JournalReader::open(journal_path)
+        .with_context(|| format!("reading {}", journal_path.display()))?;
+    let mut writer = None;
+    let mut pending = RowGroupBuffer::default();
+    let mut rows = 0u64;
+    while let Some(batch) = entries.next() {
+        if writer.is_none() {
+            let stamp = FileStamp::from_metadata(entries.metadata().expect("after an entry"));
+            writer = Some(start_parquet(
+                &temp_path,
+                table,
+                &writer_properties(table, &stamp),
+            )?);
+        }
+        rows += batch.num_rows() as u64;
+        pending.push(batch);
+        if pending.is_full() {
+            let sorted = pending.take_sorted(table)?.expect("full");
+            write_row_group(writer.as_mut().expect("started"), &sorted, &temp_path)?;
+        }
+    }
+    let torn = entries.torn();
+    drop(entries);
+    let Some(mut writer) = writer else {
+        remove_journal()?;
+        return Ok(None);
+    };
+    if let Some(sorted) = pending.take_sorted(table)? {
+        write_row_group(&mut writer, &sorted, &temp_path)?;
+    }
+    let bytes = finish_parquet(writer, &temp_path, &final_path)?;
+    remove_journal()?;
+    Ok(Some(Recovered {
+        table: table.name,
+        path: final_path,
+        rows,
+        bytes,
+        torn,
+    }))
+}
+
+/// Recovers every journal of a recording into chunks and removes the
+/// half-written Parquet temporaries a killed recorder left (their rows are
+/// in the journals). Run at every start in the directory and by
+/// `hindsight-record recover`.
+pub fn recover_recording(recording: &Path) -> anyhow::Result<Vec<Recovered>> {
+    let mut recovered = Vec::new();
+    for table in TABLES {
+        let dir = recording.join(table.name);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names
+            .iter()
+            .filter(|n| layout::chunk_of_journal(n).is_some())
+        {
+            recovered.extend(recover_journal(table, &dir.join(name))?);
+        }
+        for name in names
+            .iter()
+            .filter(|n| n.starts_with('.') && n.ends_with(layout::TEMP_SUFFIX))
+        {
+            let path = dir.join(name);
+            if path.exists() {
+                fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(recovered)
 }
 
 #[cfg(test)]
@@ -341,6 +698,171 @@ mod tests {
         );
     }
 
+    /// Switch rows, one per (ts, cpu), every other column derived from ts.
+    fn switches(rows: &[(i64, i32)]) -> RecordBatch {
+        let mut b = SchedSwitchRows::new();
+        for &(ts, cpu) in rows {
+            b.ts.append_value(ts);
+            b.cpu.append_value(cpu);
+            for c in [
+                &mut b.prev_tid,
+                &mut b.prev_pid,
+                &mut b.prev_prio,
+                &mut b.next_tid,
+                &mut b.next_pid,
+                &mut b.next_prio,
+            ] {
+                c.append_value(ts as i32);
+            }
+            for c in [&mut b.prev_comm, &mut b.prev_state, &mut b.next_comm] {
+                c.append_value(format!("t{}", ts % 3));
+            }
+        }
+        b.finish()
+    }
+
+    fn sink(dir: &Path) -> TableSink {
+        TableSink::new(dir, &hindsight_schemas::tables::SCHED_SWITCH, &stamp()).unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// (cpu, prev_tid) of every row of a Parquet file, in file order.
+    fn cpu_and_tid(path: &Path) -> Vec<(i32, i32)> {
+        ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let cpu = b.column(1).as_primitive::<Int32Type>().clone();
+                let tid = b.column(2).as_primitive::<Int32Type>().clone();
+                (0..b.num_rows())
+                    .map(|i| (cpu.value(i), tid.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_open_chunk_is_journaled_and_the_journal_goes_when_it_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = sink(dir.path());
+        let table_dir = dir.path().join("sched_switch");
+        let batch = switches(&[(3, 1), (1, 0)]);
+        assert_eq!(
+            sink.write(&batch, "c-000000.parquet").unwrap(),
+            Written::Stored
+        );
+        sink.sync().unwrap();
+        let journal = table_dir.join(layout::journal_file_name("c-000000.parquet"));
+        let (entries, torn) = journal::read_journal(&journal).unwrap();
+        assert_eq!((entries, torn), (vec![batch], false));
+        assert!(matches!(sink.close_chunk().unwrap(), Closed::File(_)));
+        assert_eq!(names(&table_dir), ["c-000000.parquet"]);
+        assert!(matches!(sink.close_chunk().unwrap(), Closed::Nothing));
+    }
+
+    /// A sink dropped without closing (a killed recorder) leaves a journal
+    /// and a footer-less temporary; recovery makes one sorted chunk of every
+    /// complete entry, with row groups of at most two batches' worth.
+    #[test]
+    fn recovery_turns_a_dead_sinks_journal_into_a_sorted_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_dir = dir.path().join("sched_switch");
+        let mut expected = Vec::new();
+        {
+            let mut sink = sink(dir.path());
+            for (i, &cpu) in [1, 0, 1].iter().enumerate() {
+                let ts = 10 * i as i64;
+                let batch = switches(&[(ts + 2, cpu), (ts + 1, 1 - cpu)]);
+                sink.write(&batch, "c-000007.parquet").unwrap();
+                expected.extend([(cpu, ts as i32 + 2), (1 - cpu, ts as i32 + 1)]);
+            }
+            // Dropped, not closed.
+        }
+        let journal = table_dir.join(layout::journal_file_name("c-000007.parquet"));
+        // Killed in the middle of a fourth entry.
+        let torn_entry = journal::encode_entry(&switches(&[(99, 0)]), &HashMap::new()).unwrap();
+        let mut file = OpenOptions::new().append(true).open(&journal).unwrap();
+        file.write_all(&torn_entry[..torn_entry.len() / 2]).unwrap();
+        drop(file);
+        assert_eq!(
+            names(&table_dir),
+            [".c-000007.parquet.journal", ".c-000007.parquet.tmp"]
+        );
+
+        let recovered = recover_recording(dir.path()).unwrap();
+        assert_eq!(recovered.len(), 1);
+        assert_eq!((recovered[0].rows, recovered[0].torn), (6, true));
+        assert_eq!(names(&table_dir), ["c-000007.parquet"]);
+        expected.sort();
+        assert_eq!(cpu_and_tid(&recovered[0].path), expected);
+        let kv = parquet::file::reader::SerializedFileReader::new(
+            File::open(&recovered[0].path).unwrap(),
+        )
+        .unwrap()
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .cloned()
+        .unwrap();
+        assert!(kv
+            .iter()
+            .any(|k| k.key == layout::key::BOOT_ID && k.value.as_deref() == Some("b")));
+        assert!(
+            recover_recording(dir.path()).unwrap().is_empty(),
+            "idempotent"
+        );
+    }
+
+    /// A recorder that died after the rename but before removing the journal:
+    /// the chunk stays as it is and the journal goes.
+    #[test]
+    fn a_journal_whose_chunk_is_in_place_is_only_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_dir = dir.path().join("sched_switch");
+        let mut sink = sink(dir.path());
+        let batch = switches(&[(1, 0)]);
+        sink.write(&batch, "c-000001.parquet").unwrap();
+        let journal = table_dir.join(layout::journal_file_name("c-000001.parquet"));
+        let kept = fs::read(&journal).unwrap();
+        sink.close_chunk().unwrap();
+        fs::write(&journal, kept).unwrap();
+        assert!(recover_recording(dir.path()).unwrap().is_empty());
+        assert_eq!(names(&table_dir), ["c-000001.parquet"]);
+    }
+
+    #[test]
+    fn row_groups_gather_up_to_the_bound_before_they_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = sink(dir.path());
+        let big: Vec<(i64, i32)> = (0..ROW_GROUP_ROWS as i64 / 2 + 1).map(|t| (t, 0)).collect();
+        for _ in 0..3 {
+            sink.write(&switches(&big), "c-000002.parquet").unwrap();
+        }
+        let Closed::File(path) = sink.close_chunk().unwrap() else {
+            panic!("a chunk was open")
+        };
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let groups: Vec<i64> = reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        let half = big.len() as i64;
+        assert_eq!(groups, [2 * half, half]);
+    }
+
     #[test]
     fn chunks_appear_only_when_closed_sorted_and_stamped() {
         let dir = tempfile::tempdir().unwrap();
@@ -382,7 +904,9 @@ mod tests {
                 .collect()
         };
         assert!(visible().is_empty(), "an open chunk must not be visible");
-        let closed = sink.close_chunk().unwrap().unwrap();
+        let Closed::File(closed) = sink.close_chunk().unwrap() else {
+            panic!("a chunk was open")
+        };
         assert_eq!(visible(), vec!["c-000000.parquet"]);
         assert_eq!(
             fs::metadata(&closed).unwrap().permissions().mode() & 0o777,

@@ -1,31 +1,42 @@
 //! The writer thread: it owns every table's sink and does the expensive
-//! part (sorting, Parquet encoding, zstd, fsync), so the thread draining
-//! the ring buffers never waits on it. Under a context-switch storm an
-//! 8 MiB ring holds ~150 ms of events; encoding a batch inline stalled the
-//! drain longer than that and the kernel dropped events.
+//! part (journaling, sorting, Parquet encoding, zstd, fsync), so the thread
+//! draining the ring buffers never waits on it. Under a context-switch
+//! storm an 8 MiB ring holds ~150 ms of events; encoding a batch inline
+//! stalled the drain longer than that and the kernel dropped events.
 //!
 //! The channel between the two is bounded ([`QUEUE`] batches): when the
 //! disk or the encoder cannot keep up, the drain blocks, the ring fills and
 //! the kernel counts the drops — memory stays bounded either way.
+//!
+//! The thread also keeps the journals durable: every `sync_every` it fsyncs
+//! them (and notices an output directory that was removed). A full disk
+//! does not stop it: batches that cannot be written are counted per table
+//! in [`WriterStats`] (the recording loop turns them into `loss` rows once
+//! writing works again), the outage is logged once a minute, and chunks
+//! that could not be closed are closed from their journals later.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicU64, Ordering},
-        mpsc::{sync_channel, Receiver, SyncSender},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+        mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender},
         Arc,
     },
     thread::JoinHandle,
+    time::{Duration, Instant},
 };
 
 use anyhow::{anyhow, Context};
 use arrow::record_batch::RecordBatch;
 use hindsight_schemas::{Table, TABLES};
 
-use crate::sink::{FileStamp, TableSink};
+use crate::sink::{is_disk_full, recover_journal, Closed, FileStamp, TableSink, Written};
 
 /// Batches that may wait for the writer; each is at most `BATCH_ROWS` rows.
 const QUEUE: usize = 2;
+
+/// How often a lasting disk-full outage is logged again.
+const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 enum Job {
     Write {
@@ -43,10 +54,32 @@ enum Job {
 pub type RowsWritten = Vec<(&'static str, u64)>;
 
 /// What the writer has put on disk, readable from the recording thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriterStats {
     pub bytes_written: AtomicU64,
     pub files: AtomicU64,
+    /// Rows not written for a full disk, per table (index of `TABLES`),
+    /// not yet reported in `loss`: the recording loop takes them.
+    pub dropped: Vec<AtomicU64>,
+    /// Every row ever dropped for a full disk, for the final summary.
+    pub dropped_total: AtomicU64,
+    /// Whether the last write failed for a full disk.
+    pub disk_full: AtomicBool,
+    /// UTC ns when the current (or last) outage began.
+    pub disk_full_since_ns: AtomicI64,
+}
+
+impl Default for WriterStats {
+    fn default() -> Self {
+        WriterStats {
+            bytes_written: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+            dropped: TABLES.iter().map(|_| AtomicU64::new(0)).collect(),
+            dropped_total: AtomicU64::new(0),
+            disk_full: AtomicBool::new(false),
+            disk_full_since_ns: AtomicI64::new(0),
+        }
+    }
 }
 
 /// The recording thread's handle on the writer thread.
@@ -57,18 +90,30 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Creates a sink per table under `recording` and starts the thread.
-    pub fn start(recording: &Path, stamp: &FileStamp) -> anyhow::Result<Writer> {
+    /// Creates a sink per table under `recording` and starts the thread,
+    /// which fsyncs the journals every `sync_every`.
+    pub fn start(
+        recording: &Path,
+        stamp: &FileStamp,
+        sync_every: Duration,
+    ) -> anyhow::Result<Writer> {
         let sinks = TABLES
             .iter()
             .map(|t| TableSink::new(recording, t, stamp))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let (jobs, queue) = sync_channel(QUEUE);
         let stats = Arc::new(WriterStats::default());
-        let thread_stats = Arc::clone(&stats);
+        let mut thread = WriterThread {
+            sinks,
+            recording: recording.to_path_buf(),
+            stats: Arc::clone(&stats),
+            sync_every,
+            deferred: Vec::new(),
+            outage: None,
+        };
         let thread = std::thread::Builder::new()
             .name("hindsight-writer".into())
-            .spawn(move || write_jobs(sinks, queue, &thread_stats))
+            .spawn(move || thread.run(queue))
             .context("starting the writer thread")?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -133,50 +178,196 @@ impl Writer {
     }
 }
 
-fn write_jobs(
-    mut sinks: Vec<TableSink>,
-    queue: Receiver<Job>,
-    stats: &WriterStats,
-) -> anyhow::Result<RowsWritten> {
-    for job in queue {
-        match job {
-            Job::Write {
-                table,
-                batch,
-                file_name,
-            } => {
-                let sink = sinks
-                    .iter_mut()
-                    .find(|s| s.table().name == table.name)
-                    .expect("a sink per table");
-                sink.write(&batch, &file_name)?;
+/// A disk-full period: when it began and what it cost so far.
+struct Outage {
+    since: Instant,
+    dropped: u64,
+    last_logged: Instant,
+}
+
+struct WriterThread {
+    sinks: Vec<TableSink>,
+    recording: PathBuf,
+    stats: Arc<WriterStats>,
+    sync_every: Duration,
+    /// Journals of chunks whose close failed on a full disk: closed from
+    /// their journals as soon as a close succeeds again.
+    deferred: Vec<(&'static Table, PathBuf)>,
+    outage: Option<Outage>,
+}
+
+impl WriterThread {
+    fn run(&mut self, queue: Receiver<Job>) -> anyhow::Result<RowsWritten> {
+        let mut result = self.serve(queue);
+        if let Err(e) = result {
+            result = Err(match std::fs::metadata(&self.recording) {
+                // Say the cause, not the file that happened to fail first.
+                Err(gone) => anyhow!(
+                    "{}: the output directory is gone ({gone}); stopping",
+                    self.recording.display()
+                ),
+                Ok(_) => e,
+            });
+            // Leave the journals as durable as the disk allows: they are
+            // what the next start recovers.
+            for sink in &mut self.sinks {
+                let _ = sink.sync();
             }
-            Job::Close { done } => {
-                let mut result = Ok(());
-                for sink in &mut sinks {
-                    match sink.close_chunk() {
-                        Ok(Some(_)) => {
-                            stats.files.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            result = Err(e);
-                            break;
-                        }
+        }
+        result?;
+        Ok(self
+            .sinks
+            .iter()
+            .map(|s| (s.table().name, s.rows_written))
+            .collect())
+    }
+
+    fn serve(&mut self, queue: Receiver<Job>) -> anyhow::Result<()> {
+        let mut last_sync = Instant::now();
+        loop {
+            let until_sync = self.sync_every.saturating_sub(last_sync.elapsed());
+            match queue.recv_timeout(until_sync) {
+                Ok(Job::Write {
+                    table,
+                    batch,
+                    file_name,
+                }) => self.write(table, &batch, &file_name)?,
+                Ok(Job::Close { done }) => {
+                    let result = self.close_chunks();
+                    let failed = result.is_err();
+                    let _ = done.send(result);
+                    if failed {
+                        anyhow::bail!("closing a chunk failed");
                     }
                 }
-                let total: u64 = sinks.iter().map(|s| s.bytes_written).sum();
-                stats.bytes_written.store(total, Ordering::Relaxed);
-                let failed = result.is_err();
-                let _ = done.send(result);
-                if failed {
-                    anyhow::bail!("closing a chunk failed");
-                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            if last_sync.elapsed() >= self.sync_every {
+                last_sync = Instant::now();
+                self.sync()?;
             }
         }
     }
-    Ok(sinks
-        .iter()
-        .map(|s| (s.table().name, s.rows_written))
-        .collect())
+
+    fn write(&mut self, table: &Table, batch: &RecordBatch, file_name: &str) -> anyhow::Result<()> {
+        let index = TABLES
+            .iter()
+            .position(|t| t.name == table.name)
+            .expect("a sink per table");
+        match self.sinks[index].write(batch, file_name)? {
+            Written::Stored => self.space_is_back(),
+            Written::DiskFull { dropped } => {
+                self.stats.dropped[index].fetch_add(dropped, Ordering::Relaxed);
+                self.stats
+                    .dropped_total
+                    .fetch_add(dropped, Ordering::Relaxed);
+                self.disk_full(dropped);
+            }
+        }
+        Ok(())
+    }
+
+    fn disk_full(&mut self, dropped: u64) {
+        let now = Instant::now();
+        let outage = match &mut self.outage {
+            Some(outage) => outage,
+            None => {
+                self.stats
+                    .disk_full_since_ns
+                    .store(crate::clock::utc_now_ns(), Ordering::Relaxed);
+                self.stats.disk_full.store(true, Ordering::Relaxed);
+                eprintln!(
+                    "hindsight-record: {}: disk full: not recording new data until there is room \
+                     (closed files stay complete; dropped rows are counted in the loss table)",
+                    self.recording.display()
+                );
+                self.outage.insert(Outage {
+                    since: now,
+                    dropped: 0,
+                    last_logged: now,
+                })
+            }
+        };
+        outage.dropped += dropped;
+        if now.duration_since(outage.last_logged) >= OUTAGE_LOG_INTERVAL {
+            outage.last_logged = now;
+            eprintln!(
+                "hindsight-record: {}: disk still full after {}s: {} rows not written so far",
+                self.recording.display(),
+                now.duration_since(outage.since).as_secs(),
+                outage.dropped
+            );
+        }
+    }
+
+    fn space_is_back(&mut self) {
+        if let Some(outage) = self.outage.take() {
+            self.stats.disk_full.store(false, Ordering::Relaxed);
+            eprintln!(
+                "hindsight-record: {}: writing again after {}s of full disk; {} rows were not \
+                 written (see the loss table)",
+                self.recording.display(),
+                outage.since.elapsed().as_secs(),
+                outage.dropped
+            );
+        }
+    }
+
+    /// fsyncs every open journal; fails if the recording directory is gone.
+    fn sync(&mut self) -> anyhow::Result<()> {
+        if let Err(e) = std::fs::metadata(&self.recording) {
+            anyhow::bail!(
+                "{}: the output directory is gone ({e}); stopping",
+                self.recording.display()
+            );
+        }
+        let mut full = false;
+        for sink in &mut self.sinks {
+            match sink.sync() {
+                Ok(()) => {}
+                Err(e) if is_disk_full(&e) => full = true,
+                Err(e) => return Err(e),
+            }
+        }
+        if full {
+            self.disk_full(0);
+        }
+        Ok(())
+    }
+
+    fn close_chunks(&mut self) -> anyhow::Result<()> {
+        for sink in &mut self.sinks {
+            match sink.close_chunk()? {
+                Closed::File(_) => {
+                    self.stats.files.fetch_add(1, Ordering::Relaxed);
+                }
+                Closed::Deferred(journal) => self.deferred.push((sink.table(), journal)),
+                Closed::Nothing => {}
+            }
+        }
+        // Chunks left open by a full disk, closed now if there is room.
+        let mut still_deferred = Vec::new();
+        for (table, journal) in std::mem::take(&mut self.deferred) {
+            match recover_journal(table, &journal) {
+                Ok(recovered) => {
+                    if let Some(r) = recovered {
+                        self.stats.files.fetch_add(1, Ordering::Relaxed);
+                        let sink = self
+                            .sinks
+                            .iter_mut()
+                            .find(|s| s.table().name == table.name)
+                            .expect("a sink per table");
+                        sink.bytes_written += r.bytes;
+                    }
+                }
+                Err(e) if is_disk_full(&e) => still_deferred.push((table, journal)),
+                Err(e) => return Err(e),
+            }
+        }
+        self.deferred = still_deferred;
+        let total: u64 = self.sinks.iter().map(|s| s.bytes_written).sum();
+        self.stats.bytes_written.store(total, Ordering::Relaxed);
+        Ok(())
+    }
 }

@@ -6,8 +6,14 @@
 //!   recording.json                   the recording's self-description (see meta)
 //!   <table>/<start>-<seq>.parquet    closed chunks, one folder a table
 //!   <table>/.<start>-<seq>.parquet.tmp   the chunk being written; never read
+//!   <table>/.<start>-<seq>.parquet.journal   the same chunk's rows as an Arrow
+//!                                    IPC journal (see journal): what survives a crash
 //!   .lock                            held by the recorder writing into it
 //! ```
+//!
+//! A chunk's journal is removed only after its Parquet file is renamed into
+//! place, so a reader that sees both `<name>.parquet` and
+//! `.<name>.parquet.journal` must read only the Parquet file.
 
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{KeyValue, SortingColumn};
@@ -25,6 +31,9 @@ pub const PARQUET_EXT: &str = "parquet";
 /// Suffix of files still being written. Readers skip them; they become a
 /// `.parquet` only by an atomic rename after close and fsync.
 pub const TEMP_SUFFIX: &str = ".tmp";
+
+/// Suffix of a chunk's journal, the crash-safe copy of its rows while it is open.
+pub const JOURNAL_SUFFIX: &str = ".journal";
 
 /// Parquet key-value metadata keys, so a file mailed alone still says what it is.
 pub mod key {
@@ -100,6 +109,20 @@ pub fn temp_file_name(final_name: &str) -> String {
     format!(".{final_name}{TEMP_SUFFIX}")
 }
 
+/// The journal kept next to an open chunk named `final_name`.
+pub fn journal_file_name(final_name: &str) -> String {
+    format!(".{final_name}{JOURNAL_SUFFIX}")
+}
+
+/// The chunk a journal belongs to (`.<name>.parquet.journal` → `<name>.parquet`),
+/// or None when `file_name` is not a journal.
+pub fn chunk_of_journal(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_prefix('.')?
+        .strip_suffix(JOURNAL_SUFFIX)
+        .filter(|chunk| is_chunk_file(chunk))
+}
+
 /// Whether a directory entry is a closed chunk that readers should open.
 pub fn is_chunk_file(file_name: &str) -> bool {
     !file_name.starts_with('.') && file_name.ends_with(&format!(".{PARQUET_EXT}"))
@@ -140,5 +163,10 @@ mod tests {
         assert_eq!(chunk_start_ns(&a), Some(1_700_000_000_000_000_000));
         assert_eq!(chunk_start_ns("notes.parquet"), None);
         assert_eq!(chunk_start_ns(&temp_file_name(&a)), None);
+        let journal = journal_file_name(&a);
+        assert!(!is_chunk_file(&journal));
+        assert_eq!(chunk_of_journal(&journal), Some(a.as_str()));
+        assert_eq!(chunk_of_journal(&temp_file_name(&a)), None);
+        assert_eq!(chunk_of_journal(".x.journal"), None);
     }
 }

@@ -9,12 +9,14 @@
 //!
 //! - [`tables`]: every table, its columns, types, units and docs.
 //! - [`layout`]: directory and file names, Parquet key-value metadata.
+//! - [`journal`]: the Arrow IPC journal of a chunk being written.
 //! - [`meta`]: `recording.json`, the recording's self-description.
 //! - [`time`]: the one conversion from the kernel's boot clock to UTC.
 //! - [`views`]: the helper views the analyzer defines over the tables.
 //! - [`doc`]: renders `SCHEMA.md` from the above (a test keeps it current).
 
 pub mod doc;
+pub mod journal;
 pub mod layout;
 pub mod meta;
 pub mod tables;

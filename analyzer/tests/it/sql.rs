@@ -135,3 +135,56 @@ fn several_recordings_gain_a_host_column() {
     // One recording has no host column.
     assert!(!query_csv(&[web1], "SELECT * FROM sched_wakeup").contains("host"));
 }
+
+/// A recording being written: closed chunks plus the open chunk's journal,
+/// whose torn last entry (the recorder was mid-write) is skipped; a journal
+/// whose chunk is already in place is not read twice.
+#[test]
+fn a_live_recording_reads_closed_chunks_and_the_journal() {
+    use hindsight_schemas::{journal, layout};
+    use std::io::Write;
+
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "web1");
+    let sw = |ms: i64, tid: i32| {
+        json!({"ts": t(ms), "cpu": 0, "prev_tid": tid, "prev_pid": tid, "prev_comm": "live",
+               "prev_state": "S", "prev_prio": 120, "next_tid": 0, "next_pid": 0,
+               "next_comm": "swapper/0", "next_prio": 120})
+    };
+    let dir = rec.dir.join("sched_switch");
+    let metadata = layout::file_metadata("sched_switch", "web1", "boot-1", "0.1.0-test")
+        .into_iter()
+        .collect();
+    let entry = |rows: &[serde_json::Value]| {
+        journal::encode_entry(&crate::fixture::batch(&SCHED_SWITCH, rows), &metadata).unwrap()
+    };
+    let open_chunk = "20231114T221320.010Z-000004.parquet";
+    let mut file = std::fs::File::create(dir.join(layout::journal_file_name(open_chunk))).unwrap();
+    file.write_all(&entry(&[sw(10, 7), sw(11, 7)])).unwrap();
+    file.write_all(&entry(&[sw(12, 8)])).unwrap();
+    let torn = entry(&[sw(13, 9)]);
+    file.write_all(&torn[..torn.len() - 20]).unwrap();
+    drop(file);
+    // Closed a moment ago, its journal not removed yet.
+    std::fs::write(
+        dir.join(layout::journal_file_name(
+            "20231114T221320.004Z-000002.parquet",
+        )),
+        entry(&[sw(4, 5)]),
+    )
+    .unwrap();
+
+    let dirs = [rec.dir];
+    let sql = "SELECT prev_comm, count(*) AS n FROM sched_switch GROUP BY 1 ORDER BY 1";
+    assert_eq!(
+        query_csv(&dirs, sql),
+        "prev_comm,n\nbash,3\ncc1,1\nlive,3\nsleep,1\nswapper/0,1\n"
+    );
+    assert_eq!(
+        query_csv(
+            &dirs,
+            "SELECT max(ts) AS last FROM sched_switch WHERE prev_comm = 'live'"
+        ),
+        "last\n2023-11-14T22:13:20.012Z\n"
+    );
+}

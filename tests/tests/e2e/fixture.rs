@@ -144,6 +144,29 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Waits (at most `limit`) for a recorder expected to stop by itself
+    /// with an error; returns its exit status and everything it said.
+    pub fn exit_within(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = std::time::Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hindsight-record still running after {limit:?}:\n{}",
+                self.log
+            );
+            thread::sleep(Duration::from_millis(100));
+        };
+        let mut rest = String::new();
+        self.stderr.read_to_string(&mut rest).unwrap();
+        self.log.push_str(&rest);
+        (status, std::mem::take(&mut self.log))
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         // A failed assertion must not leave BPF programs attached by a stray recorder.

@@ -12,6 +12,8 @@ mod fixture;
 mod cache_and_atop;
 /// System counters and task snapshots match /proc; faults match a known workload.
 mod counters_and_tasks;
+/// kill -9 and recovery, reading a live recording, full and vanished disks.
+mod crash_and_faults;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
 /// Left running: retention keeps the disk budget and the newest data; one recorder per directory.

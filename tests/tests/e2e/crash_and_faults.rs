@@ -1,0 +1,283 @@
+//! What survives a kill -9 (the journal, recovered by `recover` and by the
+//! next start), what a live recording shows, and how the recorder rides out
+//! a full disk and gives up on a removed or read-only output directory.
+
+use std::{
+    fs,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::fixture::{
+    bin, pingpong, run, settle, shared, sql, sql_count, utc_now_ns, Recorder, Scratch,
+};
+
+/// A shell that wakes every 20 ms until killed (a switch of its pid each
+/// time it waits for its `sleep`), in its own process group.
+struct Ticker(Child);
+
+impl Ticker {
+    fn start() -> Ticker {
+        Ticker(
+            Command::new("sh")
+                .args(["-c", "while :; do sleep 0.02; done"])
+                .process_group(0)
+                .spawn()
+                .expect("spawn sh"),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        // SAFETY: signalling the process group we created.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Hidden files (journals, temporaries) left in any table folder.
+fn hidden_files(rec: &Path) -> Vec<PathBuf> {
+    fs::read_dir(rec)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .flat_map(|table| fs::read_dir(table.path()).unwrap().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect()
+}
+
+/// Every switch of the finished workload `truth` is in `rec`, exactly.
+fn assert_workload_recorded(rec: &Path, truth: &serde_json::Value) {
+    for child in truth["children"].as_array().unwrap() {
+        let tid = child["tid"].as_i64().unwrap();
+        let kernel = child["voluntary"].as_i64().unwrap() + child["nonvoluntary"].as_i64().unwrap();
+        let recorded = sql_count(
+            rec,
+            &format!("SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {tid}"),
+        );
+        assert_eq!(recorded, kernel, "switches of {child} in {}", rec.display());
+    }
+}
+
+/// The newest switch of the ticker's shell.
+fn last_tick(rec: &Path, pid: u32) -> i64 {
+    let rows = sql(
+        rec,
+        &format!("SELECT CAST(max(ts) AS BIGINT) AS last FROM sched_switch WHERE prev_pid = {pid}"),
+    );
+    rows[0]["last"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no switch of the ticker: {rows:?}"))
+}
+
+#[test]
+fn kill_9_mid_chunk_loses_at_most_the_flush_interval() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let flush = Duration::from_millis(500);
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "sched", "--chunk", "60s", "--flush", "500ms"],
+    );
+    let started = Instant::now();
+    let truth = pingpong(20_000);
+    let ticker = Ticker::start();
+    let ticker_pid = ticker.pid();
+    thread::sleep(flush * 3);
+
+    // Live: the analyzer reads the open chunk's journal.
+    assert!(
+        hidden_files(&rec)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".journal")),
+        "the open chunk is journaled: {}",
+        String::from_utf8_lossy(&run(Command::new("find").arg(&rec)).stdout)
+    );
+    assert_workload_recorded(&rec, &truth);
+
+    thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed()));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(recorder.pid(), libc::SIGKILL) };
+    let killed_ns = utc_now_ns();
+    drop(recorder);
+    drop(ticker);
+    let copy = scratch.dir.path().join("copy");
+    assert!(run(Command::new("cp").arg("-a").arg(&rec).arg(&copy))
+        .status
+        .success());
+
+    // `recover`: every journal becomes a chunk.
+    let out = run(Command::new(bin("hindsight-record"))
+        .arg("recover")
+        .arg(&rec));
+    assert!(
+        out.status.success(),
+        "recover failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("sched_switch/"), "{listed}");
+    assert_eq!(hidden_files(&rec), Vec::<PathBuf>::new());
+    assert_workload_recorded(&rec, &truth);
+    let gap_ms = (killed_ns - last_tick(&rec, ticker_pid)) / 1_000_000;
+    eprintln!("newest recovered switch: {gap_ms} ms before the kill (flush 500 ms)");
+    assert!(
+        gap_ms <= 2 * flush.as_millis() as i64,
+        "rows up to one flush interval (+ one for scheduling slack) before the kill survive: \
+         the newest is {gap_ms} ms before it"
+    );
+
+    // The next start in the same directory recovers too.
+    let log = Recorder::start(&copy, &["--events", "sched", "--duration", "1s"]).finish();
+    assert!(log.contains("recovered"), "{log}");
+    assert_eq!(hidden_files(&copy), Vec::<PathBuf>::new());
+    assert_workload_recorded(&copy, &truth);
+    assert_eq!(last_tick(&copy, ticker_pid), last_tick(&rec, ticker_pid));
+}
+
+/// A small tmpfs, unmounted even when the test fails.
+struct SmallDisk {
+    dir: PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(dir: PathBuf, size: &str) -> SmallDisk {
+        fs::create_dir_all(&dir).unwrap();
+        let out = run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir));
+        assert!(
+            out.status.success(),
+            "mount tmpfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        if !run(Command::new("umount").arg(&self.dir)).status.success() {
+            let _ = run(Command::new("umount").arg("-l").arg(&self.dir));
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let disk = SmallDisk::mount(scratch.dir.path().join("small"), "16m");
+    let rec = disk.dir.join("rec");
+    let recorder = Recorder::start(
+        &rec,
+        &[
+            "--events",
+            "sched,counters",
+            "--chunk",
+            "2s",
+            "--flush",
+            "500ms",
+            "--fsync",
+            "1s",
+        ],
+    );
+    thread::sleep(Duration::from_secs(1));
+    let filler = disk.dir.join("filler");
+    // dd stops with "No space left on device": that is the point.
+    run(Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", filler.display()))
+        .arg("bs=64k"));
+    pingpong(20_000);
+    thread::sleep(Duration::from_secs(3));
+    fs::remove_file(&filler).unwrap();
+    let freed_ns = utc_now_ns();
+    thread::sleep(Duration::from_secs(3));
+    let after = pingpong(5_000);
+    settle();
+    let log = recorder.stop();
+    assert!(log.contains("disk full"), "{log}");
+    assert!(log.contains("writing again"), "{log}");
+
+    // Every closed file is a complete Parquet file.
+    let mut files = 0;
+    for table in fs::read_dir(&rec)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
+        for chunk in fs::read_dir(table.path()).unwrap().flatten() {
+            let path = chunk.path();
+            let rows: usize =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                    fs::File::open(&path).unwrap(),
+                )
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .build()
+                .unwrap()
+                .map(|b| b.unwrap().num_rows())
+                .sum();
+            assert!(rows > 0, "{}", path.display());
+            files += 1;
+        }
+    }
+    assert!(files > 0);
+    assert_eq!(
+        hidden_files(&rec),
+        Vec::<PathBuf>::new(),
+        "every chunk closed"
+    );
+
+    let dropped = sql_count(
+        &rec,
+        "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source LIKE 'disk_full:%'",
+    );
+    assert!(
+        dropped > 0,
+        "the loss table counts what was not written:\n{log}"
+    );
+    assert!(
+        log.contains("rows were not written"),
+        "stderr says what was not written:\n{log}"
+    );
+    // Recording resumed once there was room.
+    assert_workload_recorded(&rec, &after);
+    let resumed = sql_count(
+        &rec,
+        &format!(
+            "SELECT count(*) AS n FROM counter WHERE CAST(ts AS BIGINT) > {freed_ns} + 2000000000"
+        ),
+    );
+    assert!(resumed > 0, "counters after the disk was freed");
+    drop(disk);
+}
+
+#[test]
+fn a_removed_output_directory_stops_the_recorder_with_one_clear_line() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "counters", "--flush", "500ms", "--fsync", "1s"],
+    );
+    fs::remove_dir_all(&rec).unwrap();
+    let (status, log) = recorder.exit_within(Duration::from_secs(20));
+    assert!(!status.success(), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("hindsight-record: ") && last.contains("output directory is gone"),
+        "{log}"
+    );
+}
