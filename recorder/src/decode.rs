@@ -173,6 +173,7 @@ impl Decoder {
                 r.next_pid.append_value(e.next_pid as i32);
                 r.next_comm.append_value(c_str(&e.next_comm));
                 r.next_prio.append_value(e.next_prio);
+                r.stack_id.append_null();
             }
             hs_kind::HS_KIND_WAKEUP => {
                 let e: &hs_wakeup = record(data, kind)?;
