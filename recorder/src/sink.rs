@@ -410,6 +410,7 @@ mod tests {
             ] {
                 b.append_value("x");
             }
+            rows.stack_id.append_null();
         }
         sink.write(&rows.finish(), "c-000000.parquet").unwrap();
         let table_dir = dir.path().join("sched_switch");
