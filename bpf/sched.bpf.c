@@ -80,7 +80,10 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
 		e->sw.h.kind = HS_KIND_SWITCH_STACK;
 		e->sw.h.cpu = bpf_get_smp_processor_id();
 		fill_switch(&e->sw, preempt, prev, next, prev_state);
-		__u32 filled = hs_read_stack(ctx, &e->stack);
+		/* Skip this program, bpf_trace_run4 and __traceiter_sched_switch:
+		 * their addresses change with every load, and the stack would
+		 * then too; the leaf is __schedule. */
+		__u32 filled = hs_read_stack(ctx, &e->stack, 3);
 		__u64 size = __builtin_offsetof(struct hs_switch_stack, stack.ips) + filled;
 		if (size > sizeof(*e))
 			size = sizeof(*e);

@@ -12,10 +12,13 @@
 #define HS_STACK_BYTES (HS_STACK_DEPTH * sizeof(__u64))
 
 /* Fills `s` from `ctx` (a perf-event or tracing context); returns the bytes
- * of `ips` filled. The user stack goes right after the kernel one. */
-static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s)
+ * of `ips` filled. The user stack goes right after the kernel one.
+ * `kernel_skip` leaf frames are left out of the kernel stack (0-255): a
+ * tracepoint program sees itself and the tracepoint's plumbing there. */
+static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s, __u64 kernel_skip)
 {
-	long kernel_bytes = bpf_get_stack(ctx, s->ips, HS_STACK_BYTES, 0);
+	long kernel_bytes = bpf_get_stack(ctx, s->ips, HS_STACK_BYTES,
+					  kernel_skip & BPF_F_SKIP_FIELD_MASK);
 	if (kernel_bytes < 0)
 		kernel_bytes = 0;
 	__u32 kernel_frames = (__u32)kernel_bytes / sizeof(__u64);

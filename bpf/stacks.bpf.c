@@ -51,7 +51,7 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 	e->tid = (__u32)pid_tgid;
 	e->pid = pid_tgid >> 32;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	__u32 filled = hs_read_stack(ctx, &e->stack);
+	__u32 filled = hs_read_stack(ctx, &e->stack, 0);
 	__u64 size = __builtin_offsetof(struct hs_sample, stack.ips) + filled;
 	if (size > sizeof(*e))
 		size = sizeof(*e);

@@ -17,6 +17,7 @@
 //! - [`catalog`]: register recordings as DataFusion tables, run queries.
 //! - [`output`]: print results as a table, CSV or JSON lines.
 //! - [`info`]: the `info` command's summary.
+//! - [`flamegraph`]: folded stacks and SVG flame graphs, one SQL statement.
 //! - [`report`]: interval reports (atop, faults, numa, cachetop), one SQL
 //!   statement each, a module per report.
 //!
@@ -38,6 +39,7 @@ use datafusion::prelude::SessionContext;
 
 pub mod catalog;
 pub mod cli;
+pub mod flamegraph;
 pub mod info;
 pub mod output;
 pub mod recording;
@@ -121,6 +123,13 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             other => other?,
         },
         cli::Action::Record { args } => return exec_recorder(&args),
+        cli::Action::Flamegraph {
+            recordings,
+            options,
+        } => match flamegraph::run(&recordings, &options, config.threads).await {
+            Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+            other => other?,
+        },
     }
     Ok(ExitCode::SUCCESS)
 }

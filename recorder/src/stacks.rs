@@ -254,11 +254,16 @@ impl StackInterner {
         self.sent_frames.insert(id)
     }
 
+    /// Queues a new frame for naming. When the symbolizer is behind (a
+    /// huge binary's debug info to parse), the frame is written unnamed now
+    /// and forgotten, so its next sighting tries again: readers take the
+    /// named row of a frame over an unnamed one.
     fn send(&mut self, row: FrameRow, frames: &mut FrameRows) {
         match self.symbolizer.try_send(row) {
             Ok(()) => {}
             Err(TrySendError::Full(row) | TrySendError::Disconnected(row)) => {
                 self.unnamed += 1;
+                self.sent_frames.remove(&row.frame_id);
                 frames.push(&row);
             }
         }
@@ -409,9 +414,10 @@ mod tests {
         );
         assert_eq!(a, b);
         assert_eq!(stacks.len(), 3, "one row per frame, once");
-        // The queue holds one frame; the other two were written unnamed.
-        assert_eq!(interner.unnamed, 2);
-        assert_eq!(frames.len(), 2);
+        // The queue holds one frame; the other two were written unnamed,
+        // and tried again on their second sighting.
+        assert_eq!(interner.unnamed, 4);
+        assert_eq!(frames.len(), 4);
         let first = rx.try_recv().unwrap();
         assert!(first.kernel);
         // The same code at the same file offset in another process is the same frame.

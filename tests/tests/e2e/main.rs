@@ -16,5 +16,7 @@ mod counters_and_tasks;
 mod duckdb_reads_it;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
 mod sched_ground_truth;
+/// CPU and off-CPU stacks of a known workload: names after exit, weights against /proc.
+mod stacks;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
 mod stop_and_errors;
