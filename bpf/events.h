@@ -31,8 +31,10 @@ enum hs_kind {
 	/* Never a ring record: the loss-counter index of page-cache counts
 	 * dropped because the per-process map was full. */
 	HS_KIND_CACHE = 8,
+	HS_KIND_SAMPLE = 9,
+	HS_KIND_SWITCH_STACK = 10,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 9,
+	HS_KIND_MAX = 11,
 };
 
 struct hs_header {
@@ -172,6 +174,38 @@ struct hs_cache_counts {
 	__u64 misses;		/* pages added to the page cache */
 	__u64 dirtied;		/* pages newly dirtied */
 	char comm[HS_COMM_LEN];	/* the thread that last touched the cache */
+};
+
+/* Frames kept per stack, kernel and user each: deeper stacks are cut at the
+ * root end (the leaf side is what a profile needs). */
+#define HS_STACK_DEPTH 64
+
+/* A kernel stack and a user stack, as instruction addresses, leaf first:
+ * `kernel_frames` kernel addresses, then `user_frames` user addresses right
+ * after them. Only the filled part of `ips` is sent: the record ends after
+ * ips[kernel_frames + user_frames - 1]. User stacks are walked by frame
+ * pointers, so code built without them gives one or two user frames. */
+struct hs_stack {
+	__u32 kernel_frames;
+	__u32 user_frames;
+	__u64 ips[2 * HS_STACK_DEPTH];
+};
+
+/* A CPU sample (perf event cpu-clock): the interrupted thread and its stacks.
+ * kernel_frames > 0 exactly when it was interrupted in kernel mode. */
+struct hs_sample {
+	struct hs_header h;
+	__u32 tid;
+	__u32 pid;
+	char comm[HS_COMM_LEN];
+	struct hs_stack stack;	/* last: sent only as far as it is filled */
+};
+
+/* sched:sched_switch with the stack of the task leaving the CPU
+ * (--off-cpu-stacks); h.kind is HS_KIND_SWITCH_STACK. */
+struct hs_switch_stack {
+	struct hs_switch sw;
+	struct hs_stack stack;	/* last: sent only as far as it is filled */
 };
 
 #endif /* HINDSIGHT_EVENTS_H */

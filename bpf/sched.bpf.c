@@ -12,6 +12,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "emit.h"
+#include "stack.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -29,19 +30,28 @@ struct {
 	__type(value, __u64);
 } sched_lost SEC(".maps");
 
+/* Set by user space before load (--off-cpu-stacks): send each switch with
+ * the stack of the task leaving the CPU. */
+const volatile bool off_cpu_stacks = false;
+
+/* Where a switch with its stack is built before its filled part is sent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_switch_stack);
+} switch_scratch SEC(".maps");
+
 static __always_inline __u32 ppid_of(struct task_struct *task)
 {
 	return BPF_CORE_READ(task, real_parent, tgid);
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
-	     struct task_struct *next, unsigned int prev_state)
+static __always_inline void fill_switch(struct hs_switch *e, bool preempt,
+					struct task_struct *prev,
+					struct task_struct *next,
+					unsigned int prev_state)
 {
-	struct hs_switch *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_switch, HS_KIND_SWITCH);
-	if (!e)
-		return 0;
 	e->prev_tid = prev->pid;
 	e->prev_pid = prev->tgid;
 	e->next_tid = next->pid;
@@ -53,6 +63,38 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
 	e->preempt = preempt;
 	__builtin_memcpy(e->prev_comm, prev->comm, HS_COMM_LEN);
 	__builtin_memcpy(e->next_comm, next->comm, HS_COMM_LEN);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	/* The tracepoint runs while prev is still current, so its stacks are
+	 * the ones bpf_get_stack reads: where prev blocked. */
+	if (off_cpu_stacks && prev->pid != 0) {
+		__u32 zero = 0;
+		struct hs_switch_stack *e = bpf_map_lookup_elem(&switch_scratch, &zero);
+		if (!e)
+			return 0;
+		e->sw.h.ts = bpf_ktime_get_boot_ns();
+		e->sw.h.kind = HS_KIND_SWITCH_STACK;
+		e->sw.h.cpu = bpf_get_smp_processor_id();
+		fill_switch(&e->sw, preempt, prev, next, prev_state);
+		/* Skip this program, bpf_trace_run4 and __traceiter_sched_switch:
+		 * their addresses change with every load, and the stack would
+		 * then too; the leaf is __schedule. */
+		__u32 filled = hs_read_stack(ctx, &e->stack, 3);
+		__u64 size = __builtin_offsetof(struct hs_switch_stack, stack.ips) + filled;
+		if (size > sizeof(*e))
+			size = sizeof(*e);
+		HS_OUTPUT(sched_events, sched_lost, e, size, HS_KIND_SWITCH_STACK);
+		return 0;
+	}
+	struct hs_switch *e =
+		HS_RESERVE(sched_events, sched_lost, struct hs_switch, HS_KIND_SWITCH);
+	if (!e)
+		return 0;
+	fill_switch(e, preempt, prev, next, prev_state);
 	HS_SUBMIT(sched_events, e);
 	return 0;
 }
@@ -157,4 +199,5 @@ struct hs_wakeup hs_anchor_wakeup = {};
 struct hs_fork hs_anchor_fork = {};
 struct hs_exec hs_anchor_exec = {};
 struct hs_exit hs_anchor_exit = {};
+struct hs_switch_stack hs_anchor_switch_stack = {};
 enum hs_kind hs_anchor_kind = HS_KIND_SWITCH;

@@ -6,8 +6,8 @@ use std::{env, path::PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 /// One skeleton per event group; each `.bpf.c` includes the shared wire header.
-const PROGRAMS: &[&str] = &["sched", "faults", "numa", "cache"];
-const HEADERS: &[&str] = &["events.h", "emit.h"];
+const PROGRAMS: &[&str] = &["sched", "faults", "numa", "cache", "stacks"];
+const HEADERS: &[&str] = &["events.h", "emit.h", "stack.h"];
 
 fn main() {
     let bpf_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap()).join("../bpf");

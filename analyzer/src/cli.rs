@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::catalog;
+use crate::flamegraph;
 use crate::output::Format;
 use crate::report::{self, Interval};
 use crate::when::{self, When};
@@ -40,6 +41,7 @@ pub enum Command {
     Report(ReportCommand),
     Slice(SliceArgs),
     Top(TopArgs),
+    Flamegraph(FlamegraphArgs),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -358,6 +360,67 @@ pub struct TopArgs {
     pub show_sql: bool,
 }
 
+/// Flame graphs of where threads ran (--on-cpu) or blocked (--off-cpu).
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Flame graphs of where threads ran (--on-cpu, from cpu_sample) or blocked \
+(--off-cpu, from sched_switch), as folded stacks (`frame;frame;... weight`, root first, the \
+thread name as the root: what flamegraph.pl, inferno and speedscope read) or as an SVG drawn \
+with inferno. On-CPU weights are samples (recording.json's sample_frequency per second of CPU); \
+off-CPU weights are nanoseconds from a thread's switch-out to its next switch-in, attributed \
+to the stack recorded at the switch-out, which needs a recording made with --off-cpu-stacks. \
+Kernel frames end in `_[k]`; a user frame that could not be named shows as [module+0xoffset]. \
+The whole graph is one SQL statement over cpu_sample/sched_switch, stack and frame: \
+--show-sql prints it (on stderr for SVG or -o).\n\n\
+Examples:\n  \
+hindsight flamegraph rec/ --on-cpu --pid 1234 > cpu.folded\n  \
+hindsight flamegraph rec/ --off-cpu --comm nginx --format svg -o offcpu.svg\n  \
+hindsight flamegraph rec/ --on-cpu --from 2024-05-01T12:00:00Z --to 2024-05-01T12:05:00Z --format svg -o cpu.svg"
+)]
+pub struct FlamegraphArgs {
+    /// Recording directories.
+    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
+    pub recordings: Vec<PathBuf>,
+    /// Where threads spent CPU time: weights are samples.
+    #[arg(long, conflicts_with = "off_cpu", required_unless_present = "off_cpu")]
+    pub on_cpu: bool,
+    /// Where threads blocked: weights are nanoseconds switched out.
+    #[arg(long)]
+    pub off_cpu: bool,
+    /// Only this process (kernel tgid).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+    /// Only this thread (kernel pid).
+    #[arg(long, value_name = "TID")]
+    pub tid: Option<i32>,
+    /// Only threads of this name (exactly as `comm`).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Only from this time on: RFC 3339, HH:MM[:SS] on the recording's last day, -15m from its end.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// Only before this time (same forms).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
+    /// Folded stacks (text) or an SVG flame graph.
+    #[arg(long, short = 'f', value_enum, default_value_t = GraphFormatArg::Folded)]
+    pub format: GraphFormatArg,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the SQL statement too: before the folded lines on stdout, or on stderr with SVG or -o.
+    #[arg(long)]
+    pub show_sql: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormatArg {
+    /// `frame;frame;... weight` lines, root first.
+    Folded,
+    /// An interactive SVG flame graph (open it in a browser).
+    Svg,
+}
+
 /// The flags every report takes.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -436,6 +499,12 @@ pub enum Action {
         args: Vec<std::ffi::OsString>,
     },
     Slice(crate::slice::Request),
+    Flamegraph {
+        recordings: Vec<PathBuf>,
+        options: flamegraph::Options,
+        /// `--from`/`--to`, resolved once the recordings are open.
+        window: (Option<When>, Option<When>),
+    },
 }
 
 impl FormatArg {
@@ -478,6 +547,28 @@ impl Cli {
                 pids: crate::slice::normalize_pids(&a.pid),
                 output: a.output,
             }),
+            Command::Flamegraph(a) => Action::Flamegraph {
+                recordings: a.recordings,
+                options: flamegraph::Options {
+                    mode: if a.off_cpu {
+                        flamegraph::Mode::OffCpu
+                    } else {
+                        flamegraph::Mode::OnCpu
+                    },
+                    pid: a.pid,
+                    tid: a.tid,
+                    comm: a.comm,
+                    from: None,
+                    to: None,
+                    format: match a.format {
+                        GraphFormatArg::Folded => flamegraph::Format::Folded,
+                        GraphFormatArg::Svg => flamegraph::Format::Svg,
+                    },
+                    output: a.output,
+                    show_sql: a.show_sql,
+                },
+                window: (a.from, a.to),
+            },
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,

@@ -25,6 +25,7 @@
 //! - [`slice`]: cut a smaller, complete recording out of one.
 //! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
 //!   day, relative to the recording's end or start).
+//! - [`flamegraph`]: folded stacks and SVG flame graphs, one SQL statement.
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -44,6 +45,7 @@ use datafusion::prelude::SessionContext;
 
 pub mod catalog;
 pub mod cli;
+pub mod flamegraph;
 pub mod info;
 pub mod output;
 pub mod recording;
@@ -169,6 +171,14 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
                 other => other?,
             }
         }
+        cli::Action::Flamegraph {
+            recordings,
+            options,
+            window,
+        } => match flamegraph::run(&recordings, &options, window, config.threads).await {
+            Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+            other => other?,
+        },
     }
     Ok(ExitCode::SUCCESS)
 }

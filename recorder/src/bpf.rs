@@ -38,6 +38,12 @@ pub mod cache {
     include!(concat!(env!("OUT_DIR"), "/cache.skel.rs"));
 }
 
+/// The skeleton of `bpf/stacks.bpf.c` (CPU samples with stacks).
+pub mod stacks {
+    #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/stacks.skel.rs"));
+}
+
 /// Names tracepoints a test wants treated as missing from this kernel, to
 /// exercise the warn-and-skip path on a kernel that has them all.
 pub const HIDE_TRACEPOINTS_ENV: &str = "HINDSIGHT_TEST_HIDE_TRACEPOINTS";
@@ -258,11 +264,17 @@ pub struct SchedProbes<'obj> {
 pub fn load_sched<'obj>(
     object: &'obj mut MaybeUninit<OpenObject>,
     ring_size: u32,
+    off_cpu_stacks: bool,
     catalog: &TracepointCatalog,
 ) -> anyhow::Result<SchedProbes<'obj>> {
     let mut open = sched::SchedSkelBuilder::default()
         .open(object)
         .context("opening the sched BPF object")?;
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .context("the sched BPF object has no .rodata")?
+        .off_cpu_stacks = off_cpu_stacks;
     open.maps
         .sched_events
         .set_max_entries(ring_size)
@@ -455,6 +467,107 @@ pub fn load_cache<'obj>(
         skel,
         _links: links,
         skipped,
+    })
+}
+
+/// The loaded `cpu` group: poll `skel.maps.stack_events` (`hs_sample`
+/// records), read losses from `skel.maps.stack_lost`.
+pub struct SampleProbes<'obj> {
+    pub skel: stacks::StacksSkel<'obj>,
+    /// Each link owns its perf event: destroying it closes the event.
+    _links: Vec<Link>,
+}
+
+/// `struct perf_event_attr` up to its first published size
+/// (PERF_ATTR_SIZE_VER0): the kernel's ABI, not one of our wire structs.
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// The sampling period of `frequency` samples per second of CPU time.
+pub fn sample_period_ns(frequency: u32) -> u64 {
+    1_000_000_000 / u64::from(frequency.max(1))
+}
+
+/// Opens a `cpu-clock` event on `cpu` firing every `period_ns` of CPU time.
+fn open_cpu_clock(cpu: u32, period_ns: u64) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample_period: period_ns,
+        ..Default::default()
+    };
+    // SAFETY: the attr outlives the call; pid -1 with a CPU means every task on it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            -1 as libc::pid_t,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Opens, loads and attaches the CPU sampler: one `cpu-clock` perf event
+/// per online CPU at `frequency` Hz, each running `hs_cpu_sample`.
+pub fn load_samples<'obj>(
+    object: &'obj mut MaybeUninit<OpenObject>,
+    ring_size: u32,
+    frequency: u32,
+    online_cpus: &[u32],
+) -> anyhow::Result<SampleProbes<'obj>> {
+    use std::os::fd::IntoRawFd;
+    let mut open = stacks::StacksSkelBuilder::default()
+        .open(object)
+        .context("opening the stacks BPF object")?;
+    open.maps
+        .stack_events
+        .set_max_entries(ring_size)
+        .context("sizing the stacks ring buffer")?;
+    let skel = open
+        .load()
+        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+    let mut links = Vec::new();
+    for &cpu in online_cpus {
+        let fd = open_cpu_clock(cpu, sample_period_ns(frequency))
+            .with_context(|| format!("opening a cpu-clock perf event on CPU {cpu}"))?
+            .into_raw_fd();
+        match skel.progs.hs_cpu_sample.attach_perf_event(fd) {
+            Ok(link) => links.push(link),
+            Err(e) => {
+                // SAFETY: no link took the descriptor; it is still ours alone.
+                unsafe { libc::close(fd) };
+                return Err(e).with_context(|| format!("attaching the CPU sampler on CPU {cpu}"));
+            }
+        }
+    }
+    Ok(SampleProbes {
+        skel,
+        _links: links,
     })
 }
 

@@ -21,6 +21,7 @@ pub const EVENT_GROUPS: &[(&str, bool, &str)] = &[
     ("tasks", true, "every process's CPU time, faults, switches, RSS, I/O every --task-interval (table task_stat)"),
     ("numa", true, "NUMA task moves and page migrations (table numa_event)"),
     ("cache", true, "page-cache accesses, misses and dirtied pages per process every --interval (table page_cache)"),
+    ("cpu", true, "CPU samples with kernel and user stacks at --frequency Hz on every CPU (tables cpu_sample, stack, frame)"),
     ("faults", false, "every page fault, or one in --fault-sample (table page_fault); costly on fault-heavy hosts"),
 ];
 
@@ -112,6 +113,17 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub fault_sample: u32,
 
+    /// With --events cpu: samples per second of CPU time, on every CPU (1-10000;
+    /// each sample costs a kernel and a user stack walk, a few microseconds).
+    #[arg(long, value_name = "HZ", default_value_t = 49, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub frequency: u32,
+
+    /// With --events sched: record the stack of every thread leaving a CPU
+    /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: a stack
+    /// walk on every context switch costs about a microsecond each.
+    #[arg(long)]
+    pub off_cpu_stacks: bool,
+
     /// Size of the BPF ring buffer between kernel and recorder (a power of two; e.g. 8M).
     #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_size)]
     pub ring_size: u64,
@@ -168,6 +180,8 @@ pub struct Config {
     pub retention: Limits,
     pub flush: Duration,
     pub fsync: Duration,
+    pub frequency: u32,
+    pub off_cpu_stacks: bool,
     /// argv as given, kept in recording.json.
     pub command_line: Vec<String>,
 }
@@ -245,6 +259,8 @@ impl Args {
             retention,
             flush: self.flush,
             fsync: self.fsync,
+            frequency: self.frequency,
+            off_cpu_stacks: self.off_cpu_stacks,
             command_line,
         })
     }
@@ -323,11 +339,13 @@ mod tests {
             ring_size: 8 << 20,
             max_size: None,
             max_age: None,
+            frequency: 49,
+            off_cpu_stacks: false,
             list_events: false,
         };
         assert_eq!(
             args(&[]).resolve(vec![]).unwrap().events,
-            vec!["sched", "counters", "tasks", "numa", "cache"]
+            vec!["sched", "counters", "tasks", "numa", "cache", "cpu"]
         );
         assert_eq!(
             args(&["sched", "sched"]).resolve(vec![]).unwrap().events,

@@ -12,10 +12,14 @@ use crate::{
     bpf::{
         faults::types::hs_fault,
         numa::types::{hs_migrate_reason, hs_numa, hs_numa_event},
-        sched::types::{hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_wakeup},
+        sched::types::{
+            hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack, hs_wakeup,
+        },
+        stacks::types::hs_sample,
     },
     procfs::join_argv,
     rows::{AllRows, ProcessRow},
+    stacks::StackInterner,
 };
 
 // SAFETY: the generated wire structs are repr(C), made only of integers and
@@ -28,6 +32,8 @@ unsafe impl Plain for hs_exec {}
 unsafe impl Plain for hs_exit {}
 unsafe impl Plain for hs_fault {}
 unsafe impl Plain for hs_numa {}
+unsafe impl Plain for hs_sample {}
+unsafe impl Plain for hs_switch_stack {}
 
 // The layout the decoder was written against; a change to events.h that
 // moves these sizes must be looked at here too.
@@ -39,6 +45,13 @@ const _: () = assert!(size_of::<hs_exec>() == 312);
 const _: () = assert!(size_of::<hs_exit>() == 48);
 const _: () = assert!(size_of::<hs_fault>() == 64);
 const _: () = assert!(size_of::<hs_numa>() == 88);
+const _: () = assert!(size_of::<hs_sample>() == 40 + 8 + 2 * 64 * 8);
+const _: () = assert!(size_of::<hs_switch_stack>() == 88 + 8 + 2 * 64 * 8);
+
+/// Bytes before the stack addresses of a sample and of a switch with its
+/// stack: the part always sent; the addresses follow as far as filled.
+const SAMPLE_FIXED: usize = std::mem::offset_of!(hs_sample, stack.ips);
+const SWITCH_STACK_FIXED: usize = std::mem::offset_of!(hs_switch_stack, stack.ips);
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -59,6 +72,8 @@ pub fn table_of_kind(kind: u32) -> &'static str {
         hs_kind::HS_KIND_FAULT => "page_fault",
         hs_kind::HS_KIND_NUMA => "numa_event",
         hs_kind::HS_KIND_CACHE => "page_cache",
+        hs_kind::HS_KIND_SAMPLE => "cpu_sample",
+        hs_kind::HS_KIND_SWITCH_STACK => "sched_switch",
         _ => "unknown",
     }
 }
@@ -68,6 +83,37 @@ fn record<T: Plain>(data: &[u8], kind: u32) -> Result<&T, DecodeError> {
         kind,
         len: data.len(),
     })
+}
+
+/// A record sent only up to `fixed` bytes plus its filled stack, copied
+/// into a whole struct (the unsent tail reads as zeros).
+fn truncated<T: Plain + Default>(data: &[u8], kind: u32, fixed: usize) -> Result<T, DecodeError> {
+    if data.len() < fixed {
+        return Err(DecodeError::Short {
+            kind,
+            len: data.len(),
+        });
+    }
+    let mut value = T::default();
+    // SAFETY: T is Plain, so any bytes written into it form a valid value.
+    let bytes = unsafe { plain::as_mut_bytes(&mut value) };
+    let n = data.len().min(bytes.len());
+    bytes[..n].copy_from_slice(&data[..n]);
+    Ok(value)
+}
+
+/// The kernel and user addresses of a stack, leaf first, as far as the
+/// record carried them (`sent` bytes of addresses).
+pub fn split_stack(
+    ips: &[u64],
+    kernel_frames: u32,
+    user_frames: u32,
+    sent: usize,
+) -> (&[u64], &[u64]) {
+    let available = (sent / 8).min(ips.len());
+    let k = (kernel_frames as usize).min(available);
+    let u = (user_frames as usize).min(available - k);
+    (&ips[..k], &ips[k..k + u])
 }
 
 /// A NUL-terminated kernel string as text; invalid UTF-8 is replaced, not dropped.
@@ -157,22 +203,7 @@ impl Decoder {
         match hs_kind(kind) {
             hs_kind::HS_KIND_SWITCH => {
                 let e: &hs_switch = record(data, kind)?;
-                let r = &mut rows.sched_switch;
-                r.ts.append_value(ts);
-                r.cpu.append_value(header.cpu as i32);
-                r.prev_tid.append_value(e.prev_tid as i32);
-                r.prev_pid.append_value(e.prev_pid as i32);
-                r.prev_comm.append_value(c_str(&e.prev_comm));
-                r.prev_state.append_value(task_state_letter(
-                    e.prev_state,
-                    e.prev_exit_state,
-                    e.preempt != 0,
-                ));
-                r.prev_prio.append_value(e.prev_prio);
-                r.next_tid.append_value(e.next_tid as i32);
-                r.next_pid.append_value(e.next_pid as i32);
-                r.next_comm.append_value(c_str(&e.next_comm));
-                r.next_prio.append_value(e.next_prio);
+                push_switch(ts, e, rows, None);
             }
             hs_kind::HS_KIND_WAKEUP => {
                 let e: &hs_wakeup = record(data, kind)?;
@@ -276,6 +307,88 @@ impl Decoder {
         }
         Ok(kind)
     }
+
+    /// Appends a record that carries a stack (a CPU sample, a switch with
+    /// the leaving task's stack), interning the stack; other records go
+    /// to [`Decoder::decode`]. Returns the kind.
+    pub fn decode_with_stacks(
+        &self,
+        data: &[u8],
+        rows: &mut AllRows,
+        stacks: &mut StackInterner,
+    ) -> Result<u32, DecodeError> {
+        let header: &hs_header = record(data, 0)?;
+        let kind = header.kind;
+        let ts = self.offset.to_utc_ns(header.ts);
+        match hs_kind(kind) {
+            hs_kind::HS_KIND_SAMPLE => {
+                let e: hs_sample = truncated(data, kind, SAMPLE_FIXED)?;
+                let s = &e.stack;
+                let (kernel, user) = split_stack(
+                    &s.ips,
+                    s.kernel_frames,
+                    s.user_frames,
+                    data.len() - SAMPLE_FIXED,
+                );
+                let stack_id = stacks.intern(e.pid, kernel, user, &mut rows.stack, &mut rows.frame);
+                let r = &mut rows.cpu_sample;
+                r.ts.append_value(ts);
+                r.cpu.append_value(header.cpu as i32);
+                r.tid.append_value(e.tid as i32);
+                r.pid.append_value(e.pid as i32);
+                r.comm.append_value(c_str(&e.comm));
+                r.stack_id.append_option(stack_id);
+                r.kernel.append_value(!kernel.is_empty());
+            }
+            hs_kind::HS_KIND_SWITCH_STACK => {
+                let e: hs_switch_stack = truncated(data, kind, SWITCH_STACK_FIXED)?;
+                let s = &e.stack;
+                let (kernel, user) = split_stack(
+                    &s.ips,
+                    s.kernel_frames,
+                    s.user_frames,
+                    data.len() - SWITCH_STACK_FIXED,
+                );
+                let stack_id = stacks.intern(
+                    e.sw.prev_pid,
+                    kernel,
+                    user,
+                    &mut rows.stack,
+                    &mut rows.frame,
+                );
+                push_switch(ts, &e.sw, rows, stack_id);
+            }
+            hs_kind::HS_KIND_EXEC => {
+                // A new program: the process's old memory map no longer applies.
+                let e: &hs_exec = record(data, kind)?;
+                stacks.forget(e.pid);
+                return self.decode(data, rows);
+            }
+            _ => return self.decode(data, rows),
+        }
+        Ok(kind)
+    }
+}
+
+/// One `sched_switch` row.
+fn push_switch(ts: i64, e: &hs_switch, rows: &mut AllRows, stack_id: Option<i64>) {
+    let r = &mut rows.sched_switch;
+    r.ts.append_value(ts);
+    r.cpu.append_value(e.h.cpu as i32);
+    r.prev_tid.append_value(e.prev_tid as i32);
+    r.prev_pid.append_value(e.prev_pid as i32);
+    r.prev_comm.append_value(c_str(&e.prev_comm));
+    r.prev_state.append_value(task_state_letter(
+        e.prev_state,
+        e.prev_exit_state,
+        e.preempt != 0,
+    ));
+    r.prev_prio.append_value(e.prev_prio);
+    r.next_tid.append_value(e.next_tid as i32);
+    r.next_pid.append_value(e.next_pid as i32);
+    r.next_comm.append_value(c_str(&e.next_comm));
+    r.next_prio.append_value(e.next_prio);
+    r.stack_id.append_option(stack_id);
 }
 
 #[cfg(test)]
@@ -657,5 +770,70 @@ mod tests {
             Err(DecodeError::UnknownKind(99))
         );
         assert!(rows.sched_switch.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod stack_tests {
+    use arrow::{array::AsArray, datatypes::Int64Type};
+
+    use super::*;
+    use crate::stacks::{anon_frame_id, kernel_frame_id, stack_id};
+
+    unsafe impl Plain for crate::bpf::stacks::types::hs_header {}
+
+    #[test]
+    fn stacks_split_at_what_was_sent() {
+        let ips = [1, 2, 3, 4, 5, 0, 0];
+        assert_eq!(split_stack(&ips, 2, 3, 40), (&[1, 2][..], &[3, 4, 5][..]));
+        // A record cut short keeps what it carries.
+        assert_eq!(split_stack(&ips, 2, 3, 24), (&[1, 2][..], &[3][..]));
+        assert_eq!(split_stack(&ips, 9, 9, 8), (&[1][..], &[][..]));
+        assert_eq!(split_stack(&ips, 0, 0, 56), (&[][..], &[][..]));
+    }
+
+    #[test]
+    fn a_sample_carries_its_stack_id_and_mode() {
+        let mut e = hs_sample::default();
+        let header = hs_header {
+            ts: 1_000,
+            kind: hs_kind::HS_KIND_SAMPLE.0,
+            cpu: 1,
+        };
+        e.h = *plain::from_bytes(unsafe { plain::as_bytes(&header) }).unwrap();
+        e.tid = 11;
+        e.pid = 10;
+        e.stack.kernel_frames = 2;
+        e.stack.user_frames = 1;
+        e.stack.ips[..3].copy_from_slice(&[0xffff_0001, 0xffff_0002, 0x4000]);
+        // Only the filled part of the stack travels.
+        let data = unsafe { plain::as_bytes(&e) }[..SAMPLE_FIXED + 3 * 8].to_vec();
+        let mut rows = AllRows::default();
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
+        let root = tempfile::tempdir().unwrap(); // no maps: the user frame is anonymous
+        let mut interner = StackInterner::new(root.path(), tx);
+        let decoder = Decoder::new(ClockOffset {
+            at_boot_ns: 0,
+            offset_ns: 0,
+        });
+        let kind = decoder
+            .decode_with_stacks(&data, &mut rows, &mut interner)
+            .unwrap();
+        assert_eq!(kind, hs_kind::HS_KIND_SAMPLE.0);
+        let batch = rows.cpu_sample.finish();
+        let expected = stack_id(&[
+            kernel_frame_id(0xffff_0001),
+            kernel_frame_id(0xffff_0002),
+            anon_frame_id(10, 0x4000),
+        ]);
+        let ids = batch.column(5).as_primitive::<Int64Type>();
+        assert_eq!(ids.value(0), expected);
+        assert!(batch.column(6).as_boolean().value(0), "kernel mode");
+        assert_eq!(rows.stack.len(), 3);
+        assert_eq!(rx.try_iter().count(), 3, "three new frames to name");
+        // Too short for its fixed part: an error, not a panic.
+        assert!(decoder
+            .decode_with_stacks(&data[..30], &mut rows, &mut interner)
+            .is_err());
     }
 }

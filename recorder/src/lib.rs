@@ -20,7 +20,8 @@
 //! The path of an event: `bpf/*.bpf.c` → ring buffer → [`decode`] →
 //! [`rows`] builders → [`writer`] thread → [`sink`] → Parquet, driven by
 //! [`recorder`]. Timed sources ([`counters`], [`tasks`], [`cache`]) fill
-//! their rows from the same loop.
+//! their rows from the same loop. Stacks ([`stacks`]) are identified on the
+//! ring thread and named on the symbolizer's ([`symbolize`]).
 
 pub mod bpf;
 pub mod cache;
@@ -36,6 +37,8 @@ pub mod recording;
 pub mod retention;
 pub mod rows;
 pub mod sink;
+pub mod stacks;
+pub mod symbolize;
 pub mod tasks;
 pub mod writer;
 

@@ -31,6 +31,8 @@ use crate::{
     retention::{self, Retention},
     rows::{AllRows, ProcessRow},
     sink::FileStamp,
+    stacks::StackInterner,
+    symbolize::SymbolizerThread,
     tasks::TaskReader,
     writer::Writer,
 };
@@ -97,15 +99,27 @@ struct Collector {
     /// The first write failure; the loop stops on it.
     failure: Option<anyhow::Error>,
     decode_errors: u64,
+    /// Present when stacks are recorded (`cpu` group or `--off-cpu-stacks`).
+    stacks: Option<StackInterner>,
 }
 
 impl Collector {
     fn on_record(&mut self, data: &[u8]) -> i32 {
         self.events += 1;
-        match self.decoder.decode(data, &mut self.rows) {
+        let decoded = match &mut self.stacks {
+            Some(stacks) => self
+                .decoder
+                .decode_with_stacks(data, &mut self.rows, stacks),
+            None => self.decoder.decode(data, &mut self.rows),
+        };
+        match decoded {
             Ok(kind) => {
                 let table = table_of_kind(kind);
-                if let Err(e) = self.flush_if_full(table) {
+                let flushed = self
+                    .flush_if_full(table)
+                    .and_then(|()| self.flush_if_full("stack"))
+                    .and_then(|()| self.flush_if_full("frame"));
+                if let Err(e) = flushed {
                     self.failure.get_or_insert(e);
                 }
             }
@@ -172,6 +186,18 @@ impl Collector {
             }
         }
         reported
+    }
+
+    /// Moves frames the symbolizer has named into `frame` rows.
+    fn collect_named(
+        &mut self,
+        symbolizer: &std::sync::mpsc::Receiver<crate::stacks::FrameRow>,
+    ) -> anyhow::Result<()> {
+        while let Ok(frame) = symbolizer.try_recv() {
+            self.rows.frame.push(&frame);
+            self.flush_if_full("frame")?;
+        }
+        Ok(())
     }
 
     fn bytes_written(&self) -> u64 {
@@ -446,13 +472,19 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
             0
         },
         fault_sample: config.fault_sample,
+        sample_frequency: if wants(config, "cpu") {
+            config.frequency
+        } else {
+            0
+        },
+        off_cpu_stacks: config.off_cpu_stacks && wants(config, "sched"),
         ..Default::default()
     }
 }
 
 /// Records until the duration ends or a signal arrives.
 pub fn record(config: &Config) -> anyhow::Result<Summary> {
-    let bpf_groups = ["sched", "faults", "numa", "cache"];
+    let bpf_groups = ["sched", "faults", "numa", "cache", "cpu"];
     let uses_bpf = bpf_groups.iter().any(|g| wants(config, g));
     let catalog = if uses_bpf {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -482,6 +514,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         (Some(catalog), true) => Some(bpf::load_sched(
             &mut sched_object,
             config.ring_size,
+            config.off_cpu_stacks,
             catalog,
         )?),
         _ => None,
@@ -505,6 +538,29 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let cache = match (&catalog, wants(config, "cache")) {
         (Some(catalog), true) => Some(bpf::load_cache(&mut cache_object, catalog)?),
         _ => None,
+    };
+    let mut samples_object = MaybeUninit::uninit();
+    let samples = match (&catalog, wants(config, "cpu")) {
+        (Some(_), true) => {
+            let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+                .context("reading /sys/devices/system/cpu/online")?;
+            Some(bpf::load_samples(
+                &mut samples_object,
+                config.ring_size,
+                config.frequency,
+                &crate::procfs::parse_cpu_list(&online),
+            )?)
+        }
+        _ => None,
+    };
+    let records_stacks = samples.is_some() || (sched.is_some() && config.off_cpu_stacks);
+    let symbolizer = if records_stacks {
+        Some(
+            SymbolizerThread::start(std::path::Path::new("/proc"))
+                .context("starting the symbolizer thread")?,
+        )
+    } else {
+        None
     };
     let mut skipped = Vec::new();
     skipped.extend(sched.iter().flat_map(|p| p.skipped.iter().cloned()));
@@ -531,6 +587,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         file_name: layout::chunk_file_name(clock::utc_now_ns(), seq),
         failure: None,
         decode_errors: 0,
+        stacks: symbolizer
+            .as_ref()
+            .map(|s| StackInterner::new(std::path::Path::new("/proc"), s.requests.clone())),
     }));
 
     // Scan after attaching: a process started in between is then seen twice
@@ -569,6 +628,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     if let Some(p) = &cache {
         lost_maps.push(&p.skel.maps.cache_lost);
+    }
+    if let Some(p) = &samples {
+        rings.push(&p.skel.maps.stack_events);
+        lost_maps.push(&p.skel.maps.stack_lost);
     }
     let cache_counts: Option<&dyn MapCore> = cache
         .as_ref()
@@ -665,6 +728,12 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             break;
         }
         let mut c = collector.borrow_mut();
+        if let Some(s) = &symbolizer {
+            if let Err(e) = c.collect_named(&s.named) {
+                failure = Some(e);
+                break;
+            }
+        }
         if now >= next_loss_read {
             next_loss_read = next_tick(next_loss_read, LOSS_INTERVAL, now);
             match losses.read(&lost_maps, &mut c) {
@@ -724,6 +793,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         // A last sample bounds the end of the recording for interval deltas.
         if let Err(e) = periodic.run_due(Instant::now(), true, &mut c, lost_total, cache_counts) {
             failure = Some(e);
+        }
+    }
+    // Every frame sent to the symbolizer is named before the last chunk closes.
+    drop(c.stacks.take());
+    if let Some(s) = symbolizer {
+        let named = s.join();
+        if let Err(e) = c.collect_named(&named) {
+            failure.get_or_insert(e);
         }
     }
     let closed = c.close_chunk();

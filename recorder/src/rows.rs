@@ -32,7 +32,10 @@ fn timestamps() -> TimestampNanosecondBuilder {
 /// Declares a table's builders in schema order. `COLUMNS` lets a test check
 /// that order against the schema, since `RecordBatch::try_new` only checks types.
 macro_rules! table_rows {
-    ($(#[$doc:meta])* $name:ident for $table:expr; $($col:ident: $builder:ty = $init:expr),+ $(,)?) => {
+    ($(#[$doc:meta])* $name:ident for $table:expr; $first:ident: $first_builder:ty = $first_init:expr, $($col:ident: $builder:ty = $init:expr),+ $(,)?) => {
+        table_rows!(@impl $(#[$doc])* $name for $table; $first; $first: $first_builder = $first_init, $($col: $builder = $init),+);
+    };
+    (@impl $(#[$doc:meta])* $name:ident for $table:expr; $first:ident; $($col:ident: $builder:ty = $init:expr),+) => {
         $(#[$doc])*
         pub struct $name {
             schema: SchemaRef,
@@ -52,7 +55,7 @@ macro_rules! table_rows {
             }
 
             pub fn len(&self) -> usize {
-                self.ts.len()
+                ArrayBuilder::len(&self.$first)
             }
 
             pub fn is_empty(&self) -> bool {
@@ -103,6 +106,7 @@ table_rows! {
     next_pid: Int32Builder = Int32Builder::new(),
     next_comm: NameBuilder = NameBuilder::new(),
     next_prio: Int32Builder = Int32Builder::new(),
+    stack_id: Int64Builder = Int64Builder::new(),
 }
 
 table_rows! {
@@ -217,6 +221,52 @@ table_rows! {
     dirtied: Int64Builder = Int64Builder::new(),
 }
 
+table_rows! {
+    /// Rows of `cpu_sample`.
+    CpuSampleRows for tables::CPU_SAMPLE;
+    ts: TimestampNanosecondBuilder = timestamps(),
+    cpu: Int32Builder = Int32Builder::new(),
+    tid: Int32Builder = Int32Builder::new(),
+    pid: Int32Builder = Int32Builder::new(),
+    comm: NameBuilder = NameBuilder::new(),
+    stack_id: Int64Builder = Int64Builder::new(),
+    kernel: BooleanBuilder = BooleanBuilder::new(),
+}
+
+table_rows! {
+    /// Rows of `stack`.
+    StackRows for tables::STACK;
+    stack_id: Int64Builder = Int64Builder::new(),
+    depth: Int32Builder = Int32Builder::new(),
+    frame_id: Int64Builder = Int64Builder::new(),
+}
+
+table_rows! {
+    /// Rows of `frame`.
+    FrameRows for tables::FRAME;
+    frame_id: Int64Builder = Int64Builder::new(),
+    kind: NameBuilder = NameBuilder::new(),
+    address: UInt64Builder = UInt64Builder::new(),
+    module: StringBuilder = StringBuilder::new(),
+    build_id: StringBuilder = StringBuilder::new(),
+    file_offset: UInt64Builder = UInt64Builder::new(),
+    function: StringBuilder = StringBuilder::new(),
+    file: StringBuilder = StringBuilder::new(),
+    line: Int32Builder = Int32Builder::new(),
+    inlined: StringBuilder = StringBuilder::new(),
+}
+
+impl StackRows {
+    /// Appends a stack, one row per frame, leaf first.
+    pub fn push(&mut self, stack_id: i64, frame_ids: &[i64]) {
+        for (depth, frame_id) in frame_ids.iter().enumerate() {
+            self.stack_id.append_value(stack_id);
+            self.depth.append_value(depth as i32);
+            self.frame_id.append_value(*frame_id);
+        }
+    }
+}
+
 impl CounterRows {
     pub fn push(&mut self, ts: i64, source: &str, name: &str, scope: Option<&str>, value: i64) {
         self.ts.append_value(ts);
@@ -238,11 +288,14 @@ pub struct AllRows {
     pub page_fault: PageFaultRows,
     pub numa_event: NumaEventRows,
     pub page_cache: PageCacheRows,
+    pub cpu_sample: CpuSampleRows,
+    pub stack: StackRows,
+    pub frame: FrameRows,
     pub loss: LossRows,
 }
 
 impl AllRows {
-    pub fn each(&mut self) -> [&mut dyn PendingRows; 9] {
+    pub fn each(&mut self) -> [&mut dyn PendingRows; 12] {
         [
             &mut self.sched_switch,
             &mut self.sched_wakeup,
@@ -252,6 +305,9 @@ impl AllRows {
             &mut self.page_fault,
             &mut self.numa_event,
             &mut self.page_cache,
+            &mut self.cpu_sample,
+            &mut self.stack,
+            &mut self.frame,
             &mut self.loss,
         ]
     }
@@ -303,7 +359,7 @@ mod tests {
 
     #[test]
     fn builders_follow_schema_column_order() {
-        let cases: [(&Table, &[&str]); 9] = [
+        let cases: [(&Table, &[&str]); 12] = [
             (SchedSwitchRows::table(), SchedSwitchRows::COLUMNS),
             (SchedWakeupRows::table(), SchedWakeupRows::COLUMNS),
             (ProcessRows::table(), ProcessRows::COLUMNS),
@@ -312,6 +368,9 @@ mod tests {
             (PageFaultRows::table(), PageFaultRows::COLUMNS),
             (NumaEventRows::table(), NumaEventRows::COLUMNS),
             (PageCacheRows::table(), PageCacheRows::COLUMNS),
+            (CpuSampleRows::table(), CpuSampleRows::COLUMNS),
+            (StackRows::table(), StackRows::COLUMNS),
+            (FrameRows::table(), FrameRows::COLUMNS),
             (LossRows::table(), LossRows::COLUMNS),
         ];
         for (table, columns) in cases {

@@ -717,6 +717,7 @@ mod tests {
             for c in [&mut b.prev_comm, &mut b.prev_state, &mut b.next_comm] {
                 c.append_value(format!("t{}", ts % 3));
             }
+            b.stack_id.append_null();
         }
         b.finish()
     }
@@ -893,6 +894,7 @@ mod tests {
             ] {
                 b.append_value("x");
             }
+            rows.stack_id.append_null();
         }
         sink.write(&rows.finish(), "c-000000.parquet").unwrap();
         let table_dir = dir.path().join("sched_switch");

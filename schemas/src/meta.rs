@@ -102,6 +102,12 @@ pub struct Session {
     /// One page fault in this many is recorded (1: every fault).
     #[serde(default = "one")]
     pub fault_sample: u32,
+    /// CPU samples per second of CPU time (`--frequency`); 0 when `cpu` was not recorded.
+    #[serde(default)]
+    pub sample_frequency: u32,
+    /// True when `sched_switch.stack_id` was recorded (`--off-cpu-stacks`).
+    #[serde(default)]
+    pub off_cpu_stacks: bool,
     /// Tracepoints that could not be attached on this kernel.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_probes: Vec<String>,

@@ -163,6 +163,7 @@ pub static SCHED_SWITCH: Table = Table {
         col("next_pid", Int32, "", "Process of the thread taking the CPU."),
         col("next_comm", Name, "", "Name of the thread taking the CPU."),
         col("next_prio", Int32, "kernel priority", "Kernel priority of the thread taking the CPU."),
+        nullable("stack_id", Int64, "", "The stack of the thread leaving the CPU, kernel and user (see `stack`); null unless recorded with `--off-cpu-stacks`, for the idle task, or when no stack could be read. Off-CPU time is attributed to it: from this row to the next row where the same thread is `next`."),
     ],
 };
 
@@ -336,6 +337,61 @@ pub static PAGE_CACHE: Table = Table {
 /// table, and never by age: a week-old `exec` row still names the process
 /// in this minute's switches.
 pub static REFERENCE_TABLES: &[&str] = &["process", "stack", "frame"];
+pub static CPU_SAMPLE: Table = Table {
+    name: "cpu_sample",
+    group: "cpu",
+    doc: "One row per CPU sample: a `cpu-clock` perf event fires on every CPU `--frequency` times a second of CPU time and \
+          records the interrupted thread and its stack. A thread's samples times the sampling period estimate its CPU time; \
+          idle CPUs are not sampled (the idle task is skipped). The frequency is in recording.json (`sample_frequency`).",
+    sort_key: &["cpu", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", TS_DOC),
+        col("cpu", Int32, "", "CPU that was sampled."),
+        col("tid", Int32, "", "Thread that was running (kernel pid)."),
+        col("pid", Int32, "", "Process of that thread (kernel tgid)."),
+        col("comm", Name, "", "Name of the thread."),
+        nullable("stack_id", Int64, "", "Its stack, kernel frames then user frames (see `stack`); null when neither stack could be read."),
+        col("kernel", Bool, "", "True when the thread was interrupted in kernel mode (the sample has kernel frames)."),
+    ],
+};
+
+pub static STACK: Table = Table {
+    name: "stack",
+    group: "cpu",
+    doc: "The frames of every stack referenced by `cpu_sample.stack_id` and `sched_switch.stack_id`, one row per frame \
+          (long form: no list type to unnest, a stack is rebuilt with a plain join on `frame` ordered by `depth`, and DuckDB, \
+          pandas and any SQL engine read it as is). A stack is written once per recording, in the chunk where it was first seen; \
+          a recording made of several sessions (or one whose set of written ids overflowed) can hold the same rows twice, so \
+          readers use `SELECT DISTINCT`. Depth 0 is the leaf (where the thread was); kernel frames come before user frames.",
+    sort_key: &["stack_id", "depth"],
+    columns: &[
+        col("stack_id", Int64, "", "A stable 64-bit hash of the identities of the stack's frames (`frame_id`s, leaf first): equal for the same stack in every chunk, every session and every process running the same binaries."),
+        col("depth", Int32, "", "Position in the stack: 0 is the leaf, counting towards the root."),
+        col("frame_id", Int64, "", "The frame at this depth (see `frame`)."),
+    ],
+};
+
+pub static FRAME: Table = Table {
+    name: "frame",
+    group: "cpu",
+    doc: "What each frame is, symbolized while its process was alive: user frames with blazesym by (build id or module \
+          path, file offset), JIT code from `/tmp/perf-<pid>.map`, kernel frames from /proc/kallsyms. A frame is written once \
+          per recording, in the chunk where it was first seen (possibly a later chunk than its stacks); readers deduplicate \
+          by `frame_id`. Programs built without frame pointers give short user stacks: the kernel walks frame pointers only.",
+    sort_key: &["frame_id"],
+    columns: &[
+        col("frame_id", Int64, "", "A stable 64-bit hash of the frame's identity: kind, module (build id, else path) and file offset for user frames; the address for kernel frames."),
+        col("kind", Name, "", "`kernel` or `user`."),
+        col("address", UInt64, "", "Virtual address of the instruction (a return address for all but the leaf), in the first process it was seen in for user frames."),
+        nullable("module", Text, "", "Path of the file mapped at the address (`[kernel]` or `[<module>]` for kernel frames); null for anonymous memory."),
+        nullable("build_id", Text, "", "GNU build id of the module, in hex, where it has one: re-symbolize elsewhere with it."),
+        nullable("file_offset", UInt64, "bytes", "Offset of the address in the module file; null for kernel and anonymous frames."),
+        nullable("function", Text, "", "Function name (demangled); null when it could not be resolved."),
+        nullable("file", Text, "", "Source file, from debug info."),
+        nullable("line", Int32, "", "Source line, from debug info."),
+        nullable("inlined", Text, "", "Functions inlined at this address, innermost last, separated by `;` (from debug info)."),
+    ],
+};
 
 /// Every table, in the order the docs list them.
 pub static TABLES: &[&Table] = &[
@@ -347,5 +403,8 @@ pub static TABLES: &[&Table] = &[
     &PAGE_FAULT,
     &NUMA_EVENT,
     &PAGE_CACHE,
+    &CPU_SAMPLE,
+    &STACK,
+    &FRAME,
     &LOSS,
 ];

@@ -19,8 +19,12 @@ fn schema_md_is_current() {
 
 #[test]
 fn every_table_has_ts_first_and_documented_columns() {
+    // Stacks and frames are dictionaries that event rows point into, not events.
+    let dictionaries = ["stack", "frame"];
     for t in hindsight_schemas::TABLES {
-        assert_eq!(t.columns[0].name, "ts", "{}", t.name);
+        if !dictionaries.contains(&t.name) {
+            assert_eq!(t.columns[0].name, "ts", "{}", t.name);
+        }
         for c in t.columns {
             assert!(!c.doc.is_empty(), "{}.{} has no doc", t.name, c.name);
         }

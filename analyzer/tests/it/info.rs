@@ -32,6 +32,9 @@ fn counts_and_time_range_match_the_fixture() {
             ("page_fault", 0, 0),
             ("numa_event", 0, 0),
             ("page_cache", 0, 0),
+            ("cpu_sample", 0, 0),
+            ("stack", 0, 0),
+            ("frame", 0, 0),
             ("loss", 0, 0)
         ]
     );

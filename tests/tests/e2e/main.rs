@@ -24,6 +24,8 @@ mod overload;
 mod sched_ground_truth;
 /// `hindsight slice` of a real recording keeps exactly the window's rows.
 mod slice_real;
+/// CPU and off-CPU stacks of a known workload: names after exit, weights against /proc.
+mod stacks;
 /// Stopping mid-chunk and refusing bad setups leave only complete files and clear errors.
 mod stop_and_errors;
 /// The incident timeline finds an injected burst; runqlat matches measured lateness.

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# stacks.sh: what stack capture costs, hindsight-record vs perf record, same workloads, same run.
+#
+# Part 1, CPU sampling on a busy machine: one CPU burner per CPU (`sha256sum
+# /dev/zero`, so every CPU is 100 % busy and every sample has a stack), for
+# DURATION seconds per run, under:
+#   hs-49     hindsight-record --events cpu --frequency 49
+#   hs-999    hindsight-record --events cpu --frequency 999
+#   perf-49   perf record -F 49 -a -g
+#   perf-999  perf record -F 999 -a -g
+# Part 2, off-CPU stacks on a context-switch storm: `perf bench sched pipe -l
+# LOOPS` pinned to CPU 0 (two real switches per op), under:
+#   hs-sched     hindsight-record --events sched (switches without stacks)
+#   hs-offcpu    hindsight-record --events sched --off-cpu-stacks
+#   perf-sched-g perf record -e sched:sched_switch -a -g
+# plus `bare` (nothing recording) for the storm's usecs/op.
+#
+# All configurations run once per round, interleaved (round 1: all, round 2:
+# all, ...), so a noisy neighbour hits them alike; the summary takes medians.
+# Per run: the tool's CPU time over the workload (utime+stime from
+# /proc/PID/stat, all threads), its share of one CPU, samples or events
+# recorded, and for the storm the workload's usecs/op.
+#
+# Run as root from anywhere (it builds the release recorder first):
+#   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
+#   bench/stacks.sh -r 3 -d 10 -l 200000
+# Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -k/--keep, --no-build.
+# Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-20}
+LOOPS=${LOOPS:-300000}
+KEEP=0
+BUILD=1
+
+die() {
+    echo "stacks.sh: $*" >&2
+    exit 1
+}
+
+while (($#)); do
+    case $1 in
+    -r | --rounds) ROUNDS=$2; shift 2 ;;
+    -d | --duration) DURATION=$2; shift 2 ;;
+    -l | --loops) LOOPS=$2; shift 2 ;;
+    -k | --keep) KEEP=1; shift ;;
+    --no-build) BUILD=0; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+((EUID == 0)) || die "must run as root (BPF and perf record -a need it)"
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+command -v perf >/dev/null || apt-get install -y linux-perf
+if ((BUILD)); then
+    echo "building the release recorder (cargo may wait for the build lock)..." >&2
+    (cd "$root" && cargo build --release -p hindsight-record) >&2
+fi
+tmp=$(mktemp -d /tmp/hindsight-stacks.XXXXXX)
+# A private copy, so that a rebuild in the shared tree cannot swap it mid-run.
+cp "$root/target/release/hindsight-record" "$tmp/" || die "missing target/release/hindsight-record"
+recorder=$tmp/hindsight-record
+results=$tmp/results.tsv
+tool_pid=
+burners=()
+cleanup() {
+    for p in "${burners[@]}" $tool_pid; do kill "$p" 2>/dev/null || true; done
+    if ((KEEP)); then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+cpu_seconds() { # utime+stime of PID, all threads
+    sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f\n", ($12 + $13) / hz }'
+}
+
+wait_for_line() { # FILE REGEX PID
+    local i
+    for ((i = 0; i < 600; i++)); do
+        grep -sqE "$2" "$1" && return 0
+        kill -0 "$3" 2>/dev/null || die "tool exited early; its stderr:"$'\n'"$(cat "$1")"
+        sleep 0.1
+    done
+    die "timed out waiting for '$2' in $1"
+}
+
+# Starts a tool (its argv), waits until it is recording; sets tool_pid.
+# perf record says nothing when it starts: it gets a second to attach.
+start_tool() {
+    local err=$1 ready=$2
+    shift 2
+    "$@" 2>"$err" &
+    tool_pid=$!
+    if [[ -n $ready ]]; then
+        wait_for_line "$err" "$ready" "$tool_pid"
+    else
+        sleep 1
+        kill -0 "$tool_pid" 2>/dev/null || die "$1 exited early: $(cat "$err")"
+    fi
+}
+
+stop_tool() {
+    kill -INT "$tool_pid"
+    wait "$tool_pid" || true
+    tool_pid=
+}
+
+printf '#round\tconfig\tseconds\ttool_cpu_s\tevents\tusecs_op\n' >"$results"
+record() {
+    local line
+    line=$(printf '%s\t' "$@")
+    echo "${line%$'\t'}" >>"$results"
+    echo "  ${line%$'\t'}" >&2
+}
+
+# Part 1: sampling a busy machine for DURATION seconds.
+run_sampling() {
+    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 events
+    case $config in
+    hs-*) start_tool "$out.err" '^hindsight-record: recording ' \
+        "$recorder" --output "$out" --events cpu --frequency "${config#hs-}" ;;
+    perf-*) start_tool "$out.err" '' perf record -F "${config#perf-}" -a -g -o "$out.data" ;;
+    esac
+    t0=$(date +%s.%N)
+    c0=$(cpu_seconds "$tool_pid")
+    sleep "$DURATION"
+    c1=$(cpu_seconds "$tool_pid")
+    t1=$(date +%s.%N)
+    stop_tool
+    case $config in
+    hs-*) events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }') ;;
+    perf-*) events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }') ;;
+    esac
+    record "$r" "$config" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+        "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" -
+    ((KEEP)) || rm -rf "$out" "$out.data"
+}
+
+# Part 2: a context-switch storm under a tool.
+run_storm() {
+    local r=$1 config=$2 out=$tmp/$2-$1 c0=0 c1=0 usecs events=-
+    case $config in
+    hs-sched) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events sched ;;
+    hs-offcpu) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events sched --off-cpu-stacks ;;
+    perf-sched-g) start_tool "$out.err" '' perf record -e sched:sched_switch -a -g -o "$out.data" ;;
+    bare) ;;
+    esac
+    [[ -n $tool_pid ]] && c0=$(cpu_seconds "$tool_pid")
+    usecs=$(taskset -c 0 perf bench sched pipe -l "$LOOPS" | awk '/usecs\/op/ { print $1 }')
+    [[ -n $tool_pid ]] && c1=$(cpu_seconds "$tool_pid")
+    [[ -n $tool_pid ]] && stop_tool
+    case $config in
+    hs-*) events=$(grep -o 'sched_switch [0-9]*' "$out.err" | awk '{ print $2 }') ;;
+    perf-*) events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }') ;;
+    esac
+    record "$r" "$config" - "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" "$usecs"
+    ((KEEP)) || rm -rf "$out" "$out.data"
+}
+
+load_start=$(cut -d ' ' -f 1-3 /proc/loadavg)
+echo "kernel $(uname -r), $(nproc) CPUs; $ROUNDS rounds; load average $load_start" >&2
+for ((round = 1; round <= ROUNDS; round++)); do
+    for ((c = 0; c < $(nproc); c++)); do
+        sha256sum /dev/zero &
+        burners+=($!)
+    done
+    for config in hs-49 perf-49 hs-999 perf-999; do run_sampling "$round" "$config"; done
+    kill "${burners[@]}" 2>/dev/null || true
+    wait "${burners[@]}" 2>/dev/null || true
+    burners=()
+    for config in bare hs-sched hs-offcpu perf-sched-g; do run_storm "$round" "$config"; done
+done
+
+median() { # column N of config C
+    awk -v c="$1" -v n="$2" '$2 == c && $n != "-" { print $n }' "$results" | sort -g |
+        awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+tree=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+echo
+echo "Kernel $(uname -r), $(nproc) CPUs, perf $(perf version | awk '{ print $3 }'), hindsight at $tree; $ROUNDS interleaved rounds, medians; load average $load_start at the start, $(cut -d ' ' -f 1-3 /proc/loadavg) at the end."
+echo
+echo "CPU sampling, every CPU busy (\`sha256sum /dev/zero\` per CPU), ${DURATION} s per run:"
+echo
+echo "| config | tool CPU s | % of one CPU | samples | tool CPU µs per sample |"
+echo "|---|---:|---:|---:|---:|"
+for c in hs-49 perf-49 hs-999 perf-999; do
+    cpu=$(median "$c" 4)
+    secs=$(median "$c" 3)
+    n=$(median "$c" 5)
+    echo "| $c | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", 1e6 * c / n; else print "-" }') |"
+done
+echo
+echo "Off-CPU stacks, context-switch storm (\`taskset -c 0 perf bench sched pipe -l $LOOPS\`):"
+echo
+bare=$(median bare 6)
+echo "| config | usecs/op | added µs per switch | tool CPU s | sched_switch events | tool CPU µs per event |"
+echo "|---|---:|---:|---:|---:|---:|"
+for c in bare hs-sched hs-offcpu perf-sched-g; do
+    us=$(median "$c" 6)
+    cpu=$(median "$c" 4)
+    n=$(median "$c" 5)
+    echo "| $c | $us | $(awk -v u="$us" -v b="$bare" 'BEGIN { printf "%.2f", (u - b) / 2 }') | $cpu | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", 1e6 * c / n; else print "-" }') |"
+done
+echo
+echo "Raw results (one line per run):"
+echo
+echo '```'
+column -t "$results"
+echo '```'

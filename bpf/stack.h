@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Reading the current task's kernel and user stacks into a `struct hs_stack`
+ * and sending only the filled part: most stacks are a few frames deep, and a
+ * fixed-size record would carry 1 KB of zeros per event.
+ */
+#ifndef HINDSIGHT_STACK_H
+#define HINDSIGHT_STACK_H
+
+#include "events.h"
+
+#define HS_STACK_BYTES (HS_STACK_DEPTH * sizeof(__u64))
+
+/* Fills `s` from `ctx` (a perf-event or tracing context); returns the bytes
+ * of `ips` filled. The user stack goes right after the kernel one.
+ * `kernel_skip` leaf frames are left out of the kernel stack (0-255): a
+ * tracepoint program sees itself and the tracepoint's plumbing there. */
+static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s, __u64 kernel_skip)
+{
+	long kernel_bytes = bpf_get_stack(ctx, s->ips, HS_STACK_BYTES,
+					  kernel_skip & BPF_F_SKIP_FIELD_MASK);
+	if (kernel_bytes < 0)
+		kernel_bytes = 0;
+	__u32 kernel_frames = (__u32)kernel_bytes / sizeof(__u64);
+	if (kernel_frames > HS_STACK_DEPTH)
+		kernel_frames = HS_STACK_DEPTH;
+	long user_bytes = bpf_get_stack(ctx, &s->ips[kernel_frames], HS_STACK_BYTES,
+					BPF_F_USER_STACK);
+	if (user_bytes < 0)
+		user_bytes = 0;
+	__u32 user_frames = (__u32)user_bytes / sizeof(__u64);
+	if (user_frames > HS_STACK_DEPTH)
+		user_frames = HS_STACK_DEPTH;
+	s->kernel_frames = kernel_frames;
+	s->user_frames = user_frames;
+	return (kernel_frames + user_frames) * sizeof(__u64);
+}
+
+/*
+ * Sends the first `size` bytes of `rec` (a per-CPU scratch record) to
+ * `ring`, or counts one loss for `kind_` in `lost_map`; wakes the recorder
+ * only when the ring is a quarter full, like HS_SUBMIT.
+ */
+#define HS_OUTPUT(ring, lost_map, rec, size, kind_)                            \
+	do {                                                                   \
+		__u64 __avail = bpf_ringbuf_query(&(ring), BPF_RB_AVAIL_DATA);  \
+		__u64 __rsize = bpf_ringbuf_query(&(ring), BPF_RB_RING_SIZE);   \
+		__u64 __flags = __avail >= __rsize / 4 ? BPF_RB_FORCE_WAKEUP   \
+						       : BPF_RB_NO_WAKEUP;     \
+		if (bpf_ringbuf_output(&(ring), (rec), (size), __flags)) {     \
+			__u32 __k = (kind_);                                   \
+			__u64 *__n = bpf_map_lookup_elem(&(lost_map), &__k);   \
+			if (__n)                                               \
+				*__n += 1;                                     \
+		}                                                              \
+	} while (0)
+
+#endif /* HINDSIGHT_STACK_H */

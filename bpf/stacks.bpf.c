@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The `cpu` event group: a perf event (cpu-clock, one per CPU, opened by
+ * user space at --frequency) runs this program on every tick; it records
+ * the interrupted thread with its kernel and user stacks. The idle task is
+ * skipped: an idle CPU has nothing to profile.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "stack.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Sized by user space before load (--ring-size). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} stack_events SEC(".maps");
+
+/* Records that found the ring full, per CPU and per kind. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HS_KIND_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_lost SEC(".maps");
+
+/* A record is built here, then only its filled part is copied to the ring:
+ * too big for the BPF stack, and most of `ips` stays unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_sample);
+} sample_scratch SEC(".maps");
+
+SEC("perf_event")
+int hs_cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)pid_tgid == 0)
+		return 0;
+	__u32 zero = 0;
+	struct hs_sample *e = bpf_map_lookup_elem(&sample_scratch, &zero);
+	if (!e)
+		return 0;
+	e->h.ts = bpf_ktime_get_boot_ns();
+	e->h.kind = HS_KIND_SAMPLE;
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->tid = (__u32)pid_tgid;
+	e->pid = pid_tgid >> 32;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	__u32 filled = hs_read_stack(ctx, &e->stack, 0);
+	__u64 size = __builtin_offsetof(struct hs_sample, stack.ips) + filled;
+	if (size > sizeof(*e))
+		size = sizeof(*e);
+	HS_OUTPUT(stack_events, stack_lost, e, size, HS_KIND_SAMPLE);
+	return 0;
+}
+
+/* Anchors: they put the wire structs into the object's BTF, so libbpf-cargo
+ * generates the Rust types from this one definition. Never read. */
+struct hs_sample hs_anchor_sample = {};

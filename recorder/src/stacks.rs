@@ -1,0 +1,446 @@
+//! Stacks to rows: every frame gets an identity that does not depend on
+//! where a binary happened to be mapped, every stack a hash of its frames'
+//! identities, and each new frame goes to the symbolizer once.
+//!
+//! Runs on the ring-buffer thread, so it only does cheap work: a lookup in
+//! the process's memory map (read once per process from
+//! `/proc/<pid>/maps`, while the process is alive, and again when an
+//! address falls outside it), two hash-set probes, and a non-blocking send.
+//! Names are resolved on the symbolizer's thread ([`crate::symbolize`]).
+//!
+//! Identities: a user frame is (module build id, else path; file offset), so
+//! the same code has the same `frame_id` in every process, chunk and run; a
+//! kernel frame is its address (stable for one boot); a frame in anonymous
+//! memory (JIT code) is (pid, address). `stack_id` hashes the `frame_id`s
+//! leaf first. The hash is FNV-1a 64, fixed forever: ids written by an old
+//! recorder must equal the ones a new one writes.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    sync::mpsc::{SyncSender, TrySendError},
+    time::{Duration, Instant},
+};
+
+use crate::rows::{FrameRows, StackRows};
+
+/// Stacks and frames remembered as written; past this, the sets are
+/// cleared and a few rows are written twice (readers deduplicate).
+const MAX_REMEMBERED: usize = 1 << 20;
+/// Processes whose memory maps are kept; past this the cache starts over.
+const MAX_PROCESSES: usize = 4096;
+/// A process's maps are re-read at most this often when an address misses them.
+const MAPS_REREAD: Duration = Duration::from_millis(200);
+
+/// FNV-1a 64 over bytes, continuing from `hash`.
+fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The `frame_id` of a kernel frame.
+pub fn kernel_frame_id(address: u64) -> i64 {
+    let h = fnv1a(FNV_OFFSET, b"kernel\0");
+    fnv1a(h, &address.to_le_bytes()) as i64
+}
+
+/// The `frame_id` of a user frame in a file: `module_key` is its build id
+/// in hex when it has one, else its path.
+pub fn user_frame_id(module_key: &str, file_offset: u64) -> i64 {
+    let h = fnv1a(FNV_OFFSET, b"user\0");
+    let h = fnv1a(h, module_key.as_bytes());
+    fnv1a(fnv1a(h, b"\0"), &file_offset.to_le_bytes()) as i64
+}
+
+/// The `frame_id` of a frame in anonymous memory (JIT code): only
+/// meaningful within its process.
+pub fn anon_frame_id(pid: u32, address: u64) -> i64 {
+    let h = fnv1a(FNV_OFFSET, b"anon\0");
+    let h = fnv1a(h, &pid.to_le_bytes());
+    fnv1a(h, &address.to_le_bytes()) as i64
+}
+
+/// The `stack_id` of frames given leaf first.
+pub fn stack_id(frame_ids: &[i64]) -> i64 {
+    frame_ids
+        .iter()
+        .fold(fnv1a(FNV_OFFSET, b"stack\0"), |h, id| {
+            fnv1a(h, &id.to_le_bytes())
+        }) as i64
+}
+
+/// One line of `/proc/<pid>/maps` that maps code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub offset: u64,
+    /// The file, or a pseudo name like `[vdso]`; None for anonymous memory.
+    pub path: Option<String>,
+}
+
+/// Parses the executable mappings of a `/proc/<pid>/maps` text, sorted by start.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    let mut maps: Vec<Mapping> = text
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(6, ' ');
+            let range = fields.next()?;
+            let perms = fields.next()?;
+            let offset = fields.next()?;
+            let _dev = fields.next()?;
+            let _inode = fields.next()?;
+            let path = fields.next().map(str::trim).filter(|p| !p.is_empty());
+            if !perms.contains('x') {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path: path.map(str::to_string),
+            })
+        })
+        .collect();
+    maps.sort_by_key(|m| m.start);
+    maps
+}
+
+/// The mapping holding `address`, if any.
+pub fn find_mapping(maps: &[Mapping], address: u64) -> Option<&Mapping> {
+    let i = maps.partition_point(|m| m.start <= address);
+    maps[..i].last().filter(|m| address < m.end)
+}
+
+/// What the symbolizer needs to name a frame; it answers with a [`FrameRow`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrameRow {
+    pub frame_id: i64,
+    pub kernel: bool,
+    pub address: u64,
+    pub module: Option<String>,
+    pub build_id: Option<String>,
+    pub file_offset: Option<u64>,
+    /// The process the frame was first seen in (for JIT maps).
+    pub pid: u32,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: Option<String>,
+}
+
+impl FrameRows {
+    pub fn push(&mut self, f: &FrameRow) {
+        self.frame_id.append_value(f.frame_id);
+        self.kind
+            .append_value(if f.kernel { "kernel" } else { "user" });
+        self.address.append_value(f.address);
+        self.module.append_option(f.module.as_deref());
+        self.build_id.append_option(f.build_id.as_deref());
+        self.file_offset.append_option(f.file_offset);
+        self.function.append_option(f.function.as_deref());
+        self.file.append_option(f.file.as_deref());
+        self.line.append_option(f.line.map(|l| l as i32));
+        self.inlined.append_option(f.inlined.as_deref());
+    }
+}
+
+struct ProcessMaps {
+    maps: Vec<Mapping>,
+    read_at: Instant,
+}
+
+/// Turns raw stacks into `stack_id`s, writing each new stack to `stack`
+/// rows and sending each new frame to the symbolizer.
+pub struct StackInterner {
+    proc_root: PathBuf,
+    processes: HashMap<u32, ProcessMaps>,
+    build_ids: HashMap<String, Option<String>>,
+    written_stacks: HashSet<i64>,
+    sent_frames: HashSet<i64>,
+    symbolizer: SyncSender<FrameRow>,
+    /// Frames written unnamed because the symbolizer's queue was full.
+    pub unnamed: u64,
+    frame_ids: Vec<i64>,
+}
+
+impl StackInterner {
+    pub fn new(proc_root: &Path, symbolizer: SyncSender<FrameRow>) -> Self {
+        StackInterner {
+            proc_root: proc_root.to_path_buf(),
+            processes: HashMap::new(),
+            build_ids: HashMap::new(),
+            written_stacks: HashSet::new(),
+            sent_frames: HashSet::new(),
+            symbolizer,
+            unnamed: 0,
+            frame_ids: Vec::new(),
+        }
+    }
+
+    /// A process replaced its program: its old map no longer applies.
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    /// The `stack_id` of kernel then user addresses (each leaf first) of
+    /// `pid`; None for an empty stack. New stacks land in `stacks`, new
+    /// frames go to the symbolizer (or, when it is saturated, straight
+    /// into `frames` without names).
+    pub fn intern(
+        &mut self,
+        pid: u32,
+        kernel: &[u64],
+        user: &[u64],
+        stacks: &mut StackRows,
+        frames: &mut FrameRows,
+    ) -> Option<i64> {
+        if kernel.is_empty() && user.is_empty() {
+            return None;
+        }
+        let mut frame_ids = std::mem::take(&mut self.frame_ids);
+        frame_ids.clear();
+        for &address in kernel {
+            let id = kernel_frame_id(address);
+            frame_ids.push(id);
+            if self.first_time_frame(id) {
+                self.send(
+                    FrameRow {
+                        frame_id: id,
+                        kernel: true,
+                        address,
+                        module: None,
+                        build_id: None,
+                        file_offset: None,
+                        pid,
+                        function: None,
+                        file: None,
+                        line: None,
+                        inlined: None,
+                    },
+                    frames,
+                );
+            }
+        }
+        for &address in user {
+            let row = self.user_frame(pid, address);
+            frame_ids.push(row.frame_id);
+            if self.first_time_frame(row.frame_id) {
+                self.send(row, frames);
+            }
+        }
+        let id = stack_id(&frame_ids);
+        if self.written_stacks.len() >= MAX_REMEMBERED {
+            self.written_stacks.clear();
+        }
+        if self.written_stacks.insert(id) {
+            stacks.push(id, &frame_ids);
+        }
+        self.frame_ids = frame_ids;
+        Some(id)
+    }
+
+    fn first_time_frame(&mut self, id: i64) -> bool {
+        if self.sent_frames.len() >= MAX_REMEMBERED {
+            self.sent_frames.clear();
+        }
+        self.sent_frames.insert(id)
+    }
+
+    /// Queues a new frame for naming. When the symbolizer is behind (a
+    /// huge binary's debug info to parse), the frame is written unnamed now
+    /// and forgotten, so its next sighting tries again: readers take the
+    /// named row of a frame over an unnamed one.
+    fn send(&mut self, row: FrameRow, frames: &mut FrameRows) {
+        match self.symbolizer.try_send(row) {
+            Ok(()) => {}
+            Err(TrySendError::Full(row) | TrySendError::Disconnected(row)) => {
+                self.unnamed += 1;
+                self.sent_frames.remove(&row.frame_id);
+                frames.push(&row);
+            }
+        }
+    }
+
+    /// Identifies a user address through the process's memory map.
+    fn user_frame(&mut self, pid: u32, address: u64) -> FrameRow {
+        let mut row = FrameRow {
+            frame_id: anon_frame_id(pid, address),
+            kernel: false,
+            address,
+            module: None,
+            build_id: None,
+            file_offset: None,
+            pid,
+            function: None,
+            file: None,
+            line: None,
+            inlined: None,
+        };
+        let Some(mapping) = self.mapping_of(pid, address) else {
+            return row;
+        };
+        let Some(path) = mapping.path else {
+            return row;
+        };
+        let file_offset = address - mapping.start + mapping.offset;
+        if path.starts_with('[') {
+            // [vdso], [vsyscall]: no file, but the same code in every process.
+            row.frame_id = user_frame_id(&path, address - mapping.start);
+            row.module = Some(path);
+            return row;
+        }
+        let build_id = self.build_id_of(&path);
+        row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
+        row.module = Some(path);
+        row.build_id = build_id;
+        row.file_offset = Some(file_offset);
+        row
+    }
+
+    fn mapping_of(&mut self, pid: u32, address: u64) -> Option<Mapping> {
+        if let Some(p) = self.processes.get(&pid) {
+            if let Some(m) = find_mapping(&p.maps, address) {
+                return Some(m.clone());
+            }
+            if p.read_at.elapsed() < MAPS_REREAD {
+                return None;
+            }
+        }
+        // New process, or a new mapping (dlopen, JIT): read the map again.
+        if self.processes.len() >= MAX_PROCESSES {
+            self.processes.clear();
+        }
+        let path = self.proc_root.join(pid.to_string()).join("maps");
+        let maps = std::fs::read_to_string(path)
+            .map(|t| parse_maps(&t))
+            .unwrap_or_default();
+        let found = find_mapping(&maps, address).cloned();
+        self.processes.insert(
+            pid,
+            ProcessMaps {
+                maps,
+                read_at: Instant::now(),
+            },
+        );
+        found
+    }
+
+    fn build_id_of(&mut self, path: &str) -> Option<String> {
+        if let Some(id) = self.build_ids.get(path) {
+            return id.clone();
+        }
+        let id = blazesym::helper::read_elf_build_id(Path::new(path))
+            .ok()
+            .flatten()
+            .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        if self.build_ids.len() >= MAX_PROCESSES {
+            self.build_ids.clear();
+        }
+        self.build_ids.insert(path.to_string(), id.clone());
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_fixed_forever() {
+        // Recordings compare ids across runs and versions: these must never change.
+        assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(stack_id(&[]), fnv1a(FNV_OFFSET, b"stack\0") as i64);
+        assert_ne!(kernel_frame_id(1), kernel_frame_id(2));
+        assert_ne!(user_frame_id("ab", 0x10), user_frame_id("ab", 0x11));
+        assert_ne!(user_frame_id("ab", 0x10), anon_frame_id(0, 0x10));
+        assert_ne!(stack_id(&[1, 2]), stack_id(&[2, 1]));
+    }
+
+    #[test]
+    fn maps_keep_executable_mappings_sorted() {
+        let text = "\
+7f0000002000-7f0000003000 r-xp 00002000 08:01 42   /usr/lib/libc.so.6
+55550000-55551000 r--p 00000000 08:01 7    /bin/app
+55551000-55553000 r-xp 00001000 08:01 7    /bin/app
+7fff0000-7fff1000 r-xp 00000000 00:00 0    [vdso]
+7e000000-7e100000 rwxp 00000000 00:00 0
+";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 4);
+        assert_eq!(maps[0].path.as_deref(), Some("/bin/app"));
+        assert_eq!(maps[0].offset, 0x1000);
+        assert_eq!(maps[1].path, None);
+        let m = find_mapping(&maps, 0x55552abc).unwrap();
+        assert_eq!(0x55552abc - m.start + m.offset, 0x2abc);
+        assert!(find_mapping(&maps, 0x55550500).is_none()); // not executable
+        assert!(find_mapping(&maps, 0x10).is_none());
+        assert!(find_mapping(&maps, 0x55553000).is_none()); // end is exclusive
+    }
+
+    #[test]
+    fn a_stack_and_its_frames_are_written_once() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("7")).unwrap();
+        std::fs::write(
+            root.path().join("7/maps"),
+            "1000-3000 r-xp 00000000 08:01 7 /nonexistent/app\n",
+        )
+        .unwrap();
+        let mut interner = StackInterner::new(root.path(), tx);
+        let mut stacks = StackRows::new();
+        let mut frames = FrameRows::new();
+        let a = interner.intern(
+            7,
+            &[0xffff_1000],
+            &[0x1010, 0x2020],
+            &mut stacks,
+            &mut frames,
+        );
+        let b = interner.intern(
+            7,
+            &[0xffff_1000],
+            &[0x1010, 0x2020],
+            &mut stacks,
+            &mut frames,
+        );
+        assert_eq!(a, b);
+        assert_eq!(stacks.len(), 3, "one row per frame, once");
+        // The queue holds one frame; the other two were written unnamed,
+        // and tried again on their second sighting.
+        assert_eq!(interner.unnamed, 4);
+        assert_eq!(frames.len(), 4);
+        let first = rx.try_recv().unwrap();
+        assert!(first.kernel);
+        // The same code at the same file offset in another process is the same frame.
+        std::fs::create_dir(root.path().join("8")).unwrap();
+        std::fs::write(
+            root.path().join("8/maps"),
+            "9000-b000 r-xp 00000000 08:01 7 /nonexistent/app\n",
+        )
+        .unwrap();
+        let c = interner.intern(
+            8,
+            &[0xffff_1000],
+            &[0x9010, 0xa020],
+            &mut stacks,
+            &mut frames,
+        );
+        assert_eq!(a, c);
+        let expected = stack_id(&[
+            kernel_frame_id(0xffff_1000),
+            user_frame_id("/nonexistent/app", 0x10),
+            user_frame_id("/nonexistent/app", 0x1020),
+        ]);
+        assert_eq!(a, Some(expected));
+        assert_eq!(interner.intern(8, &[], &[], &mut stacks, &mut frames), None);
+    }
+}

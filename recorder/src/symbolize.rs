@@ -1,0 +1,232 @@
+//! The symbolizer thread: names each new frame once, off the ring-buffer
+//! thread, so a slow debug-info parse never delays draining the kernel.
+//!
+//! Frames arrive already identified by module file and offset (see
+//! [`crate::stacks`]), so names come from the file on disk and a process
+//! that exited since it was sampled still gets them. User frames are named
+//! by blazesym from the ELF symbols and DWARF; frames in anonymous memory
+//! from `/tmp/perf-<pid>.map` (what JITs write for perf); kernel frames from
+//! `/proc/kallsyms`, read once. The request queue is bounded: when it is
+//! full the ring thread writes the frame without a name instead of waiting.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::mpsc::{sync_channel, Receiver, Sender, SyncSender},
+    thread::JoinHandle,
+};
+
+use blazesym::symbolize::{
+    source::{Elf, Source},
+    Input, Symbolized, Symbolizer,
+};
+
+use crate::stacks::FrameRow;
+
+/// Frames waiting to be named; beyond this they are written unnamed.
+const QUEUE: usize = 16 * 1024;
+
+/// `/proc/kallsyms` as sorted (address, name) pairs; modules' symbols carry
+/// their module as `name [module]`.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    symbols: Vec<(u64, String)>,
+}
+
+impl Kallsyms {
+    pub fn parse(text: &str) -> Self {
+        let mut symbols: Vec<(u64, String)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let kind = fields.next()?;
+                let name = fields.next()?;
+                // Only code: text symbols, global or local.
+                if !matches!(kind, "t" | "T" | "w" | "W") || address == 0 {
+                    return None;
+                }
+                Some(match fields.next() {
+                    Some(module) => (address, format!("{name} {module}")),
+                    None => (address, name.to_string()),
+                })
+            })
+            .collect();
+        symbols.sort_by_key(|s| s.0);
+        Kallsyms { symbols }
+    }
+
+    /// The function holding `address` and its module (`[kernel]` or `[ext4]`).
+    pub fn lookup(&self, address: u64) -> Option<(&str, &str)> {
+        let i = self.symbols.partition_point(|s| s.0 <= address);
+        let name = &self.symbols[..i].last()?.1;
+        Some(match name.split_once(' ') {
+            Some((function, module)) => (function, module),
+            None => (name.as_str(), "[kernel]"),
+        })
+    }
+}
+
+/// A JIT's `/tmp/perf-<pid>.map`: `START SIZE name` per line, hex.
+pub fn perf_map_lookup(text: &str, address: u64) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ' ');
+        let start = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+        let size = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+        let name = fields.next()?.trim();
+        (start <= address && address < start.saturating_add(size)).then_some(name)
+    })
+}
+
+/// Fills in what blazesym knows about `offset` in the ELF file `path`.
+fn name_user_frame(symbolizer: &Symbolizer, path: &str, offset: u64, row: &mut FrameRow) {
+    let source = Source::Elf(Elf::new(path));
+    let Ok(found) = symbolizer.symbolize_single(&source, Input::FileOffset(offset)) else {
+        return;
+    };
+    let Symbolized::Sym(sym) = found else {
+        return;
+    };
+    row.function = Some(sym.name.to_string());
+    if let Some(code) = &sym.code_info {
+        let file = match &code.dir {
+            Some(dir) => dir.join(&*code.file).to_string_lossy().into_owned(),
+            None => code.file.to_string_lossy().into_owned(),
+        };
+        row.file = Some(file);
+        row.line = code.line;
+    }
+    if !sym.inlined.is_empty() {
+        let names: Vec<&str> = sym.inlined.iter().map(|f| f.name.as_ref()).collect();
+        row.inlined = Some(names.join(";"));
+    }
+}
+
+/// Names frames on its own thread. Dropping the sender side ends it after
+/// the queue is empty; [`SymbolizerThread::join`] waits for that.
+pub struct SymbolizerThread {
+    pub requests: SyncSender<FrameRow>,
+    pub named: Receiver<FrameRow>,
+    handle: JoinHandle<()>,
+}
+
+impl SymbolizerThread {
+    pub fn start(proc_root: &Path) -> std::io::Result<Self> {
+        let (requests, queue) = sync_channel::<FrameRow>(QUEUE);
+        let (named_tx, named) = std::sync::mpsc::channel();
+        let kallsyms_path = proc_root.join("kallsyms");
+        let handle = std::thread::Builder::new()
+            .name("hs-symbolize".into())
+            .spawn(move || run(queue, named_tx, &kallsyms_path))?;
+        Ok(SymbolizerThread {
+            requests,
+            named,
+            handle,
+        })
+    }
+
+    /// Waits for every queued frame to be named; the caller must have
+    /// dropped every clone of `requests`. Returns what is left to collect.
+    pub fn join(self) -> Receiver<FrameRow> {
+        drop(self.requests);
+        let _ = self.handle.join();
+        self.named
+    }
+}
+
+fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
+    let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
+    let symbolizer = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(true)
+        .enable_demangling(true)
+        .build();
+    let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
+    for mut row in queue {
+        if row.kernel {
+            if let Some((function, module)) = kallsyms.lookup(row.address) {
+                row.function = Some(function.to_string());
+                row.module = Some(module.to_string());
+            } else {
+                row.module = Some("[kernel]".into());
+            }
+        } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
+            name_user_frame(&symbolizer, &path, offset, &mut row);
+        } else if row.module.is_none() {
+            if perf_maps.len() > 1024 {
+                perf_maps.clear();
+            }
+            let map = perf_maps.entry(row.pid).or_insert_with(|| {
+                std::fs::read_to_string(format!("/tmp/perf-{}.map", row.pid)).ok()
+            });
+            if let Some(name) = map.as_deref().and_then(|m| perf_map_lookup(m, row.address)) {
+                row.function = Some(name.to_string());
+            }
+        }
+        if named.send(row).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_names_code_and_modules() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81001000 t schedule\n\
+             ffffffff81002000 D some_data\n\
+             ffffffffc0001000 t ext4_read [ext4]\n\
+             0000000000000000 T hidden\n",
+        );
+        assert_eq!(k.lookup(0xffffffff81001010), Some(("schedule", "[kernel]")));
+        // Data symbols are not code: the address still belongs to schedule.
+        assert_eq!(k.lookup(0xffffffff81002010), Some(("schedule", "[kernel]")));
+        assert_eq!(k.lookup(0xffffffffc0001004), Some(("ext4_read", "[ext4]")));
+        assert_eq!(k.lookup(0x10), None);
+    }
+
+    #[test]
+    fn perf_maps_name_jit_code() {
+        let map = "7f00001000 40 LazyCompile:*foo app.js:1\n0x7f00002000 0x10 bar\n";
+        assert_eq!(
+            perf_map_lookup(map, 0x7f0000103f),
+            Some("LazyCompile:*foo app.js:1")
+        );
+        assert_eq!(perf_map_lookup(map, 0x7f00001040), None);
+        assert_eq!(perf_map_lookup(map, 0x7f00002004), Some("bar"));
+    }
+
+    #[test]
+    fn the_recorder_names_its_own_code() {
+        // An independent truth: this test binary's own function, found
+        // through our maps and file offset, is named by the thread.
+        let thread = SymbolizerThread::start(Path::new("/proc")).unwrap();
+        let address = the_recorder_names_its_own_code as *const () as u64;
+        let maps = crate::stacks::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let m = crate::stacks::find_mapping(&maps, address).unwrap();
+        let row = FrameRow {
+            frame_id: 1,
+            kernel: false,
+            address,
+            module: m.path.clone(),
+            build_id: None,
+            file_offset: Some(address - m.start + m.offset),
+            pid: std::process::id(),
+            function: None,
+            file: None,
+            line: None,
+            inlined: None,
+        };
+        thread.requests.send(row).unwrap();
+        let named = thread.join().recv().unwrap();
+        let function = named.function.unwrap_or_default();
+        assert!(
+            function.contains("the_recorder_names_its_own_code"),
+            "{function}"
+        );
+    }
+}

@@ -1,0 +1,226 @@
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::Duration,
+};
+
+use arrow::{
+    array::{Array, AsArray},
+    datatypes::{Int32Type, Int64Type},
+};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::fixture::{bin, quiet, run, sql, Recorder, Scratch};
+
+const FREQUENCY: u32 = 499;
+
+/// Compiles the `hs_stacks` workload with frame pointers and symbols: the
+/// kernel walks user stacks by frame pointers only, and cargo has no stable
+/// per-binary way to ask for them.
+fn build_workload(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/hs_stacks.rs");
+    let exe = dir.join("hs-stacks");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = run(Command::new(rustc)
+        .args([
+            "--edition",
+            "2021",
+            "-C",
+            "force-frame-pointers=yes",
+            "-C",
+            "opt-level=1",
+            "-g",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&source));
+    assert!(
+        out.status.success(),
+        "compiling {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `hindsight flamegraph REC ARGS` as (folded stack, weight) pairs.
+fn folded(rec: &Path, args: &[&str]) -> Vec<(String, i64)> {
+    let out = run(Command::new(bin("hindsight"))
+        .arg("flamegraph")
+        .arg(rec)
+        .args(args));
+    assert!(
+        out.status.success(),
+        "hindsight flamegraph {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, weight) = line.rsplit_once(' ').expect("`stack weight`");
+            (
+                stack.to_string(),
+                weight.parse().expect("an integer weight"),
+            )
+        })
+        .collect()
+}
+
+/// A frame is the function, demangled with its module path (`hs_stacks::name`).
+fn is_function(frame: &str, name: &str) -> bool {
+    frame == name || frame.ends_with(&format!("::{name}"))
+}
+
+fn weight_of(lines: &[(String, i64)], function: &str) -> i64 {
+    lines
+        .iter()
+        .filter(|(stack, _)| stack.split(';').any(|f| is_function(f, function)))
+        .map(|(_, w)| w)
+        .sum()
+}
+
+/// The stack ids of `pid`'s samples, per `cpu_sample` file.
+fn stack_ids_per_file(rec: &Path, pid: i64) -> Vec<HashSet<i64>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(rec.join("cpu_sample")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut ids = HashSet::new();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let schema = batch.schema();
+            let pids = batch
+                .column(schema.index_of("pid").unwrap())
+                .as_primitive::<Int32Type>();
+            let stacks = batch
+                .column(schema.index_of("stack_id").unwrap())
+                .as_primitive::<Int64Type>();
+            for row in 0..batch.num_rows() {
+                if i64::from(pids.value(row)) == pid && !stacks.is_null(row) {
+                    ids.insert(stacks.value(row));
+                }
+            }
+        }
+        files.push(ids);
+    }
+    files
+}
+
+#[test]
+fn stacks_of_a_process_that_exited_are_named_and_weighed() {
+    // Off-CPU time is measured against a 10 % bound, and a stack on every
+    // switch of a machine busy with the other tests' storms fills the ring.
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let exe = build_workload(scratch.dir.path());
+    let rec = scratch.rec();
+    let frequency = FREQUENCY.to_string();
+    let recorder = Recorder::start(
+        &rec,
+        &[
+            "--events",
+            "sched,cpu",
+            "--frequency",
+            &frequency,
+            "--off-cpu-stacks",
+            "--chunk",
+            "1s",
+            "--ring-size",
+            "64M",
+        ],
+    );
+    let out =
+        run(Command::new(&exe).args(["--burn-ms", "3000", "--naps", "10", "--nap-ms", "100"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The workload is gone well before the recording ends.
+    thread::sleep(Duration::from_secs(2));
+    recorder.stop();
+
+    let pid = truth["pid"].as_i64().unwrap();
+    let pid_flag = pid.to_string();
+    let on_cpu = folded(&rec, &["--on-cpu", "--pid", &pid_flag]);
+    let three = weight_of(&on_cpu, "burn_three_parts");
+    let one = weight_of(&on_cpu, "burn_one_part");
+    assert!(three > 0 && one > 0, "both functions named: {on_cpu:?}");
+    let ratio = three as f64 / one as f64;
+    assert!(
+        (ratio / 3.0 - 1.0).abs() <= 0.15,
+        "samples in burn_three_parts : burn_one_part = {three} : {one} = {ratio:.2}, want 3 ± 15 %"
+    );
+    // Ground truth: the CPU time the kernel charged the process.
+    let cpu_seconds =
+        truth["cpu_ticks"].as_f64().unwrap() / truth["ticks_per_second"].as_f64().unwrap();
+    let expected = f64::from(FREQUENCY) * cpu_seconds;
+    let samples: i64 = on_cpu.iter().map(|(_, w)| w).sum();
+    assert!(
+        (samples as f64 / expected - 1.0).abs() <= 0.15,
+        "{samples} samples for {cpu_seconds} s of CPU at {FREQUENCY} Hz (want {expected:.0} ± 15 %)"
+    );
+
+    let off_cpu = folded(&rec, &["--off-cpu", "--pid", &pid_flag]);
+    let asleep = weight_of(&off_cpu, "sleep_in_named_function");
+    let slept = truth["slept_ns"].as_i64().unwrap();
+    eprintln!(
+        "on-CPU {three}:{one} = {ratio:.3}; {samples} samples, expected {expected:.0}; off-CPU {asleep} ns vs slept {slept} ns"
+    );
+    assert!(
+        (asleep as f64 / slept as f64 - 1.0).abs() <= 0.10,
+        "off-CPU ns under sleep_in_named_function: {asleep}, slept {slept} ns (± 10 %): {off_cpu:?}"
+    );
+    // The kernel side of those stacks is named too: the scheduler.
+    let sleeping: Vec<_> = off_cpu
+        .iter()
+        .filter(|(s, _)| {
+            s.split(';')
+                .any(|f| is_function(f, "sleep_in_named_function"))
+        })
+        .collect();
+    assert!(
+        sleeping.iter().all(|(s, _)| s
+            .split(';')
+            .any(|f| f == "schedule_[k]" || f == "__schedule_[k]"))
+            && !sleeping.is_empty(),
+        "kernel frames named: {sleeping:?}"
+    );
+
+    // It exited before the recording stopped, and still has names (above).
+    let exits = sql(
+        &rec,
+        &format!("SELECT ts FROM process WHERE pid = {pid} AND tid = {pid} AND event = 'exit'"),
+    );
+    assert_eq!(exits.len(), 1, "the workload's exit was recorded");
+
+    // The same stack in different chunks has the same id.
+    let burning: HashSet<i64> = sql(
+        &rec,
+        "SELECT DISTINCT s.stack_id FROM stack s JOIN frame f ON f.frame_id = s.frame_id \
+         WHERE f.function LIKE '%burn_three_parts'",
+    )
+    .iter()
+    .map(|r| r["stack_id"].as_i64().unwrap())
+    .collect();
+    let mut files_per_stack: HashMap<i64, usize> = HashMap::new();
+    for ids in stack_ids_per_file(&rec, pid) {
+        for id in ids.intersection(&burning) {
+            *files_per_stack.entry(*id).or_default() += 1;
+        }
+    }
+    assert!(
+        files_per_stack.values().any(|&n| n >= 2),
+        "a burn_three_parts stack seen in two chunks under one id: {files_per_stack:?}"
+    );
+}
