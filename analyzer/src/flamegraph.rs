@@ -228,8 +228,8 @@ pub async fn run(
     partitions: usize,
 ) -> anyhow::Result<()> {
     let opened = recording::open_all(recordings)?;
-    let (from, to) = when::resolve_window(from, to, report::time_range(&opened))
-        .map_err(crate::UsageError)?;
+    let (from, to) =
+        when::resolve_window(from, to, report::time_range(&opened)).map_err(crate::UsageError)?;
     let options = &Options {
         from: from.or(options.from),
         to: to.or(options.to),

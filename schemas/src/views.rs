@@ -108,23 +108,20 @@ pub static OFF_CPU: View = View {
         col("state", Text, false, "", "State it blocked in (`prev_state`): `R` preempted, `S` sleeping, `D` uninterruptible, ..."),
         col("cpu", Int32, false, "", "CPU it left."),
         col("next_cpu", Int32, false, "", "CPU it came back on."),
-        // STACK_ID: when `sched_switch` gains its nullable `stack_id` (the stack of
-        // the task leaving the CPU), add here
-        //   col("stack_id", UInt64, true, "", "Stack it blocked in; join `stack`."),
-        // and `stack_id` to the template's two SELECT lists (see the marks there).
+        col("stack_id", Int64, true, "", "Stack it blocked in (recorded with `--off-cpu-stacks`, else null); join `stack`."),
     ],
-    template: "SELECT {host}ts, ts_end, CAST(ts_end AS BIGINT) - CAST(ts AS BIGINT) AS dur_ns, tid, pid, comm, state, cpu, next_cpu
+    template: "SELECT {host}ts, ts_end, CAST(ts_end AS BIGINT) - CAST(ts AS BIGINT) AS dur_ns, tid, pid, comm, state, cpu, next_cpu, stack_id
 FROM (
-  SELECT {host}ts, tid, pid, comm, state, cpu, is_in,
+  SELECT {host}ts, tid, pid, comm, state, cpu, is_in, stack_id,
     lead(ts) OVER thread AS ts_end,
     lead(cpu) OVER thread AS next_cpu,
     lead(is_in) OVER thread AS next_is_in
   FROM (
     SELECT {host}ts, prev_tid AS tid, prev_pid AS pid, CAST(prev_comm AS VARCHAR) AS comm,
-      CAST(prev_state AS VARCHAR) AS state, cpu, FALSE AS is_in  -- STACK_ID: , stack_id
+      CAST(prev_state AS VARCHAR) AS state, cpu, FALSE AS is_in, stack_id
     FROM sched_switch WHERE prev_tid <> 0
     UNION ALL
-    SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), CAST(NULL AS VARCHAR), cpu, TRUE  -- STACK_ID: , CAST(NULL AS BIGINT UNSIGNED)
+    SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), CAST(NULL AS VARCHAR), cpu, TRUE, CAST(NULL AS BIGINT)
     FROM sched_switch WHERE next_tid <> 0
   ) switches
   WINDOW thread AS (PARTITION BY {host}tid ORDER BY ts, is_in)

@@ -195,8 +195,9 @@ impl Env {
                     .align(at.resolve(range).map_err(crate::UsageError)?);
                 (Some(start), Some(start + options.interval.ns()))
             }
-            None => when::resolve_window(options.from, options.to, range)
-                .map_err(crate::UsageError)?,
+            None => {
+                when::resolve_window(options.from, options.to, range).map_err(crate::UsageError)?
+            }
         };
         let hosts = catalog::host_labels(recordings);
         let fault_samples = recordings

@@ -8,8 +8,8 @@ mod flamegraph; // folded and SVG flame graphs from synthetic stacks
 mod info; // `info`: counts, sizes, time range and losses from footers
 mod output; // the binary's formats, exit codes and closed pipes
 mod report; // interval reports: exact figures, DuckDB cross-check, formats
-mod slice; // `slice`: same answers on the window, --pid, names, refusals, DuckDB
 mod shell; // `sql` without a query: a scripted session on standard input
+mod slice; // `slice`: same answers on the window, --pid, names, refusals, DuckDB
 mod sql; // query results over one and several recordings
 mod timeline; // timeline, runqlat and top on synthetic recordings; every report's formats
 mod views; // helper views against a simulated scheduler that knows the answers

@@ -119,7 +119,12 @@ impl Recorder {
         // SAFETY: setpriority on our own child; PRIO_PROCESS with a pid
         // renices that one thread (the recorder's main thread).
         let ret = unsafe { libc::setpriority(libc::PRIO_PROCESS, self.pid() as libc::id_t, -20) };
-        assert_eq!(ret, 0, "renice the recorder: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            ret,
+            0,
+            "renice the recorder: {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     /// Sends SIGINT and waits; asserts a clean exit and returns everything it said.
