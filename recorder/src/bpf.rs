@@ -548,6 +548,11 @@ pub fn load_samples<'obj>(
         .stack_events
         .set_max_entries(ring_size)
         .context("sizing the stacks ring buffer")?;
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .context("the stacks BPF object has no .rodata")?
+        .self_tgid = std::process::id();
     let skel = open
         .load()
         .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;

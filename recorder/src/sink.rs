@@ -50,7 +50,7 @@ use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
 /// Rows gathered (and journaled) before they are sorted and written as one
 /// Parquet row group: large enough for good compression, small enough to
 /// bound the writer's memory (about 60 bytes a row, per table).
-pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+pub const ROW_GROUP_ROWS: usize = 64 * 1024;
 
 /// Mode of every file a recording holds: recordings contain command lines.
 pub const FILE_MODE: u32 = 0o640;
@@ -255,7 +255,14 @@ fn sort_batch(table: &Table, batch: &RecordBatch) -> anyhow::Result<RecordBatch>
         }
         return Ok(take_record_batch(batch, &UInt32Array::from(order))?);
     }
-    let columns: Vec<SortColumn> = table
+    let indices = lexsort_to_indices(&declared_sort_columns(table, batch), None)?;
+    Ok(take_record_batch(batch, &indices)?)
+}
+
+/// The sort key as Arrow's comparator sorts it, in the order the file
+/// declares (ascending, nulls last).
+fn declared_sort_columns(table: &Table, batch: &RecordBatch) -> Vec<SortColumn> {
+    table
         .sort_key
         .iter()
         .map(|name| SortColumn {
@@ -265,9 +272,7 @@ fn sort_batch(table: &Table, batch: &RecordBatch) -> anyhow::Result<RecordBatch>
                 nulls_first: false,
             }),
         })
-        .collect();
-    let indices = lexsort_to_indices(&columns, None)?;
-    Ok(take_record_batch(batch, &indices)?)
+        .collect()
 }
 
 /// fsync a directory, so a rename in it survives a crash.
@@ -661,19 +666,8 @@ mod tests {
         let table = &hindsight_schemas::tables::COUNTER;
         assert!(integer_key_columns(table, &batch).is_some());
         let sorted = sort_batch(table, &batch).unwrap();
-        let columns: Vec<SortColumn> = table
-            .sort_key
-            .iter()
-            .map(|name| SortColumn {
-                values: batch.column(table.index(name)).clone(),
-                options: Some(SortOptions {
-                    descending: false,
-                    nulls_first: false,
-                }),
-            })
-            .collect();
-        let expected =
-            take_record_batch(&batch, &lexsort_to_indices(&columns, None).unwrap()).unwrap();
+        let order = lexsort_to_indices(&declared_sort_columns(table, &batch), None).unwrap();
+        let expected = take_record_batch(&batch, &order).unwrap();
         assert_eq!(sorted, expected);
         let scope = sorted.column(table.index("scope"));
         let scope: Vec<Option<String>> = (0..scope.len())
