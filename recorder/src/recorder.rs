@@ -394,6 +394,19 @@ fn push_late(
     }
 }
 
+/// The sampler's ring: a second of samples at their largest (a record with
+/// full kernel and user stacks is about 2 KiB), at least 1 MiB, at most
+/// `--ring-size`, a power of two. Its pages are resident twice over (the
+/// data is mapped twice for wrap-around), so at 49 Hz on a few CPUs a ring
+/// the size of `--ring-size` would be 16 MiB of memory for a trickle.
+fn sample_ring_size(frequency: u32, cpus: usize, ring_size: u32) -> u32 {
+    let second = u64::from(frequency) * cpus.max(1) as u64 * 2048;
+    let wanted = second.clamp(1 << 20, u64::from(ring_size).max(1 << 20));
+    u32::try_from(wanted.next_power_of_two())
+        .unwrap_or(ring_size)
+        .min(ring_size.max(1 << 20))
+}
+
 /// Sleeps for `duration` or until a signal arrives, whichever is first
 /// (`nanosleep` is never restarted after a handler runs; `thread::sleep`
 /// would sleep on through SIGINT).
@@ -544,11 +557,12 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         (Some(_), true) => {
             let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
                 .context("reading /sys/devices/system/cpu/online")?;
+            let cpus = crate::procfs::parse_cpu_list(&online);
             Some(bpf::load_samples(
                 &mut samples_object,
-                config.ring_size,
+                sample_ring_size(config.frequency, cpus.len(), config.ring_size),
                 config.frequency,
-                &crate::procfs::parse_cpu_list(&online),
+                &cpus,
             )?)
         }
         _ => None,
@@ -847,5 +861,21 @@ mod tests {
             assert!(next > now && (next - due).as_millis().is_multiple_of(1000));
         }
         assert_eq!(missed_ticks(due, second, due - Duration::from_millis(5)), 0);
+    }
+}
+
+#[cfg(test)]
+mod sample_ring_tests {
+    use super::sample_ring_size;
+
+    #[test]
+    fn the_sampler_ring_holds_a_second_of_samples_within_bounds() {
+        // 49 Hz on 2 CPUs: a trickle, the 1 MiB floor.
+        assert_eq!(sample_ring_size(49, 2, 8 << 20), 1 << 20);
+        // 999 Hz on 2 CPUs: 4 MB a second at most, rounded up to 4 MiB.
+        assert_eq!(sample_ring_size(999, 2, 8 << 20), 4 << 20);
+        // Never above --ring-size, never below the floor.
+        assert_eq!(sample_ring_size(10_000, 64, 8 << 20), 8 << 20);
+        assert_eq!(sample_ring_size(49, 2, 1 << 20), 1 << 20);
     }
 }

@@ -134,13 +134,26 @@ impl SymbolizerThread {
     }
 }
 
-fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
-    let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
-    let symbolizer = Symbolizer::builder()
+/// Modules blazesym may hold open at once. It keeps every file it has read
+/// mapped, with its parsed debug info, for the life of the symbolizer: on a
+/// host that runs many binaries (a build machine sampled libLLVM, rustc and
+/// dozens more) that grew the recorder's memory without bound, so past this
+/// many the symbolizer starts afresh. Each frame is named once per recording
+/// anyway, so the cost is re-reading a module that comes back.
+const MAX_OPEN_MODULES: usize = 16;
+
+fn new_symbolizer() -> Symbolizer {
+    Symbolizer::builder()
         .enable_code_info(true)
         .enable_inlined_fns(true)
         .enable_demangling(true)
-        .build();
+        .build()
+}
+
+fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
+    let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
+    let mut symbolizer = new_symbolizer();
+    let mut open_modules: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
     for mut row in queue {
         if row.kernel {
@@ -151,6 +164,13 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
                 row.module = Some("[kernel]".into());
             }
         } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
+            if !open_modules.contains(&path) {
+                if open_modules.len() >= MAX_OPEN_MODULES {
+                    symbolizer = new_symbolizer();
+                    open_modules.clear();
+                }
+                open_modules.insert(path.clone());
+            }
             name_user_frame(&symbolizer, &path, offset, &mut row);
         } else if row.module.is_none() {
             if perf_maps.len() > 1024 {
