@@ -41,10 +41,12 @@ Leave it running (oldest files deleted first to stay under 2 GiB and 7 days;
 dist/hindsight-record.service runs it as a service):
   hindsight-record -o /var/lib/hindsight/rec --max-size 2G --max-age 7d
 
-Memory: the recorder's RSS stays under 64 MiB at the defaults whatever the
-event rate, the 8 MiB ring included (rows are buffered in batches of 64K per
-table; when the disk or encoder falls behind, the kernel drops events and
-counts them per CPU in the loss table).
+Memory is bounded whatever the event rate: rows are buffered in batches of
+64K per table, and when the disk or encoder falls behind the kernel drops
+events and counts them per CPU in the loss table. Under a context-switch
+storm the RSS stays under 64 MiB with --ring-size 1M; at the defaults it
+peaked at about 96 MiB (the 8 MiB ring is resident twice over, and naming
+stack frames maps the sampled binaries; see BENCHMARKS.md).
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
