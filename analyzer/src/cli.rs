@@ -281,7 +281,7 @@ row before FROM, so every name and command line is known. `stack` and `frame` ke
 kept rows use. Sessions that do not overlap the window and the list of retired files are left \
 out.\n\n\
 TIME is one of: RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
-recording's last event (the day before when that is later than the last event); -15m, that \
+recording's last event, or the day before when that is nearer the recording; -15m, that \
 long before the last event; +10m, that long after the first.\n\n\
 OUT must not exist or be an empty directory. The slice is written into a hidden sibling \
 directory and renamed to OUT when complete, so a failure leaves nothing that looks like a \
@@ -432,7 +432,7 @@ pub struct ReportArgs {
     pub interval: Interval,
     /// Only intervals from this time on, aligned down to the interval. TIME: RFC 3339
     /// (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the recording's last event (the
-    /// day before when that is later than the last event); -15m before the last event; +10m
+    /// day before when that is nearer the recording); -15m before the last event; +10m
     /// after the first.
     #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
     pub from: Option<When>,

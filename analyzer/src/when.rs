@@ -6,10 +6,11 @@
 //! time range is known, since most forms are relative to the recording:
 //!
 //! - RFC 3339, any offset: `2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`;
-//! - a UTC time of day, `HH:MM` or `HH:MM:SS[.fff]`, on the day of the
-//!   recording's last event (its UTC date); when that time of day lies after
-//!   the last event, the day before, so the time always falls at or before
-//!   the end of the recording;
+//! - a UTC time of day, `HH:MM` or `HH:MM:SS[.fff]`, on the UTC date of the
+//!   recording's last event or the day before, whichever puts it nearer the
+//!   recording (inside it where it can be): `23:30` in a recording from
+//!   22:00 to 02:00 is the first evening, and a `--to` a few seconds past the
+//!   last event stays on its day;
 //! - `-DURATION`: that long before the recording's last event (`-15m`, `-2h`, `-90s`);
 //! - `+DURATION`: that long after the recording's first event (`+10m`).
 //!
@@ -22,7 +23,7 @@ use hindsight_schemas::time::parse_duration_ns;
 
 /// The `--help` text every `--from`/`--to` shares.
 pub const HELP: &str = "RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
-recording's last event (the day before if that is later than the last event); -15m before the \
+recording's last event, or the day before when that is nearer the recording; -15m before the \
 last event; +10m after the first";
 
 /// A time as given on the command line, before the recording is known.
@@ -85,7 +86,8 @@ impl When {
             When::TimeOfDay(of_day) => {
                 let midnight = end.div_euclid(DAY_NS) * DAY_NS;
                 let t = midnight + of_day;
-                if t > end {
+                let away = |t: i64| (start - t).max(t - end).max(0);
+                if away(t - DAY_NS) < away(t) {
                     t - DAY_NS
                 } else {
                     t
@@ -149,8 +151,8 @@ mod tests {
             ("22:30:15", "2023-11-14T22:30:15Z"),
             ("22:30:15.25", "2023-11-14T22:30:15.250Z"),
             ("22:43:20", "2023-11-14T22:43:20Z"),
-            // After the last event's time of day: the day before.
-            ("22:50", "2023-11-13T22:50:00Z"),
+            // Just after the last event: still its day, not the day before.
+            ("22:50", "2023-11-14T22:50:00Z"),
             ("08:00", "2023-11-14T08:00:00Z"),
         ];
         for (text, expected) in cases {
