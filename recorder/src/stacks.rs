@@ -136,6 +136,25 @@ pub struct FrameRow {
     pub inlined: Option<String>,
 }
 
+impl FrameRow {
+    /// A frame known only by its identity and address, before any naming.
+    pub fn unnamed(frame_id: i64, kernel: bool, address: u64, pid: u32) -> FrameRow {
+        FrameRow {
+            frame_id,
+            kernel,
+            address,
+            module: None,
+            build_id: None,
+            file_offset: None,
+            pid,
+            function: None,
+            file: None,
+            line: None,
+            inlined: None,
+        }
+    }
+}
+
 impl FrameRows {
     pub fn push(&mut self, f: &FrameRow) {
         self.frame_id.append_value(f.frame_id);
@@ -211,22 +230,7 @@ impl StackInterner {
             let id = kernel_frame_id(address);
             frame_ids.push(id);
             if self.first_time_frame(id) {
-                self.send(
-                    FrameRow {
-                        frame_id: id,
-                        kernel: true,
-                        address,
-                        module: None,
-                        build_id: None,
-                        file_offset: None,
-                        pid,
-                        function: None,
-                        file: None,
-                        line: None,
-                        inlined: None,
-                    },
-                    frames,
-                );
+                self.send(FrameRow::unnamed(id, true, address, pid), frames);
             }
         }
         for &address in user {
@@ -271,19 +275,7 @@ impl StackInterner {
 
     /// Identifies a user address through the process's memory map.
     fn user_frame(&mut self, pid: u32, address: u64) -> FrameRow {
-        let mut row = FrameRow {
-            frame_id: anon_frame_id(pid, address),
-            kernel: false,
-            address,
-            module: None,
-            build_id: None,
-            file_offset: None,
-            pid,
-            function: None,
-            file: None,
-            line: None,
-            inlined: None,
-        };
+        let mut row = FrameRow::unnamed(anon_frame_id(pid, address), false, address, pid);
         let Some(mapping) = self.mapping_of(pid, address) else {
             return row;
         };

@@ -229,17 +229,9 @@ mod tests {
         let maps = crate::stacks::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let m = crate::stacks::find_mapping(&maps, address).unwrap();
         let row = FrameRow {
-            frame_id: 1,
-            kernel: false,
-            address,
             module: m.path.clone(),
-            build_id: None,
             file_offset: Some(address - m.start + m.offset),
-            pid: std::process::id(),
-            function: None,
-            file: None,
-            line: None,
-            inlined: None,
+            ..FrameRow::unnamed(1, false, address, std::process::id())
         };
         thread.requests.send(row).unwrap();
         let named = thread.join().recv().unwrap();
