@@ -481,7 +481,15 @@ impl TableSink {
     /// Closes the open chunk (if any): last row group, footer, fsync,
     /// rename, fsync the dir, then removes the journal.
     pub fn close_chunk(&mut self) -> anyhow::Result<Closed> {
-        if self.open.is_none() {
+        let Some(chunk) = self.open.as_ref() else {
+            return Ok(Closed::Nothing);
+        };
+        if chunk.journal_len == 0 {
+            // Opened, but the disk filled before its first entry: a file of
+            // no rows would only be one more thing to read.
+            let chunk = self.open.take().expect("checked above");
+            let _ = fs::remove_file(&chunk.temp_path);
+            let _ = fs::remove_file(&chunk.journal_path);
             return Ok(Closed::Nothing);
         }
         let finished = self.write_pending().and_then(|()| {

@@ -67,7 +67,9 @@ pub static CPU_TIME: View = View {
     doc: "On-CPU intervals: one row per time a thread ran on a CPU, from the `sched_switch` that put it \
           there to the next `sched_switch` on that CPU (Perfetto's `sched_slice`). The idle task (tid 0) is left out. \
           A slice whose end switch does not name the same thread leaving (events lost in between) is left out too, \
-          so the sums are a lower bound where `loss` has rows. Per-thread CPU time in a window: \
+          so the sums are a lower bound where `loss` has rows. The kernel itself now and then puts a thread on a CPU \
+          without a `sched_switch` event (seen on 6.18 VMs, by bpftrace too): that slice has no start and is left out \
+          as well. Per-thread CPU time in a window: \
           `SELECT tid, sum(dur_ns) FROM cpu_time WHERE ts >= ... GROUP BY tid`.",
     columns: &[
         col("ts", Timestamp, false, "ns, UTC", "When the thread was switched in."),

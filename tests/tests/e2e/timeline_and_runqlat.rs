@@ -42,35 +42,43 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
     let interval = 5 * S;
     let burn_pid = burn["pid"].as_i64().unwrap();
 
-    // The cpu_time view sums to the CPU time the hog measured itself (getrusage).
-    let out = hindsight_json(&[
-        "sql",
-        rec,
-        "-f",
-        "json",
-        &format!("SELECT sum(dur_ns) AS ns FROM cpu_time WHERE pid = {burn_pid}"),
-    ]);
-    let row: Value = serde_json::from_str(out.trim()).unwrap();
-    let on_cpu_s = row["ns"].as_f64().unwrap() / 1e9;
+    // The cpu_time view sums to the CPU time the hog measured itself
+    // (getrusage), within what the kernel did not report. On these VMs the
+    // kernel now and then switches a thread in without a sched_switch event
+    // (bpftrace's tracepoint misses the very same ones): the thread is then
+    // seen leaving a CPU it was never seen entering. Such a slice is left out
+    // of cpu_time; its length is at most the time since that CPU's previous
+    // switch, which bounds the truth from above.
+    let sum_s = |sql: &str| -> f64 {
+        let out = hindsight_json(&["sql", rec, "-f", "json", sql]);
+        let row: Value = serde_json::from_str(out.trim()).unwrap();
+        row["ns"].as_f64().unwrap_or(0.0) / 1e9
+    };
+    let on_cpu_s = sum_s(&format!(
+        "SELECT sum(dur_ns) AS ns FROM cpu_time WHERE pid = {burn_pid}"
+    ));
+    let unseen_s = sum_s(&format!(
+        "SELECT sum(CAST(ts AS BIGINT) - CAST(before AS BIGINT)) AS ns FROM (
+           SELECT ts, prev_pid, prev_tid, lag(ts) OVER on_cpu AS before, lag(next_tid) OVER on_cpu AS came_in
+           FROM sched_switch WINDOW on_cpu AS (PARTITION BY cpu ORDER BY ts))
+         WHERE prev_pid = {burn_pid} AND came_in <> prev_tid"
+    ));
     let own_s = burn["cpu_seconds"].as_f64().unwrap();
-    // A slice whose end switch was lost is left out: with losses, a lower bound.
-    let out = hindsight_json(&[
-        "sql",
-        rec,
-        "-f",
-        "json",
-        "SELECT coalesce(sum(lost), 0) AS n FROM loss WHERE source LIKE '%sched_switch'",
-    ]);
-    let lost: Value = serde_json::from_str(out.trim()).unwrap();
-    if lost["n"].as_i64() == Some(0) {
+    let lost_switches = sum_s(
+        "SELECT CAST(coalesce(sum(lost), 0) AS DOUBLE) AS ns FROM loss WHERE source LIKE '%sched_switch'",
+    );
+    // A VM's steal and interrupt time is wall time inside a slice but not
+    // the thread's CPU time: hence the tolerance.
+    let tolerance = 0.01 + 0.01 * own_s;
+    assert!(
+        on_cpu_s <= own_s + tolerance,
+        "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s"
+    );
+    if lost_switches == 0.0 {
         assert!(
-            (on_cpu_s - own_s).abs() <= 0.01 + 0.01 * own_s,
-            "cpu_time says {on_cpu_s} s, the hog's getrusage {own_s} s"
-        );
-    } else {
-        assert!(
-            on_cpu_s <= own_s + 0.01,
-            "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s ({lost} switches lost)"
+            on_cpu_s + unseen_s >= own_s - tolerance,
+            "cpu_time says {on_cpu_s} s (+ at most {unseen_s} s the kernel did not report), \
+             the hog's getrusage {own_s} s"
         );
     }
 
