@@ -23,7 +23,8 @@ Examples:\n  \
 hindsight info rec/\n  \
 hindsight sql rec/ 'SELECT count(*) FROM sched_switch'\n  \
 hindsight report atop rec/ --interval 10s\n  \
-hindsight slice rec/ --from -15m -o ticket/"
+hindsight slice rec/ --from -15m -o ticket/\n  \
+hindsight export perfetto rec/ -o trace.pftrace"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -42,6 +43,8 @@ pub enum Command {
     Slice(SliceArgs),
     Top(TopArgs),
     Flamegraph(FlamegraphArgs),
+    #[command(subcommand)]
+    Export(crate::export::ExportCommand),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -505,6 +508,7 @@ pub enum Action {
         /// `--from`/`--to`, resolved once the recordings are open.
         window: (Option<When>, Option<When>),
     },
+    Export(crate::export::Request),
 }
 
 impl FormatArg {
@@ -569,6 +573,7 @@ impl Cli {
                 },
                 window: (a.from, a.to),
             },
+            Command::Export(e) => Action::Export(e.resolve()),
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,

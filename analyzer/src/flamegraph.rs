@@ -8,6 +8,11 @@
 //! `stack weight`. `stack` and `frame` rows can repeat across sessions, so
 //! the statement deduplicates them (`DISTINCT`, `GROUP BY frame_id`).
 //!
+//! The statement is built from two parts the exports reuse, so every
+//! output weighs and names stacks the same way: [`weights_cte`] (the pprof
+//! export's weights) and [`stack_frames_ctes`] (stacks to named frames, for
+//! pprof and for the Perfetto export's CPU samples).
+//!
 //! Off-CPU time of a thread runs from a `sched_switch` row where it leaves
 //! the CPU (`prev_tid`) to the next row where it takes a CPU (`next_tid`),
 //! on any CPU, attributed to the stack recorded on the leaving row.
@@ -20,6 +25,7 @@ use anyhow::Context;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
+use datafusion::prelude::SessionContext;
 
 use crate::{
     catalog, recording, report,
@@ -60,12 +66,12 @@ pub struct Options {
 }
 
 /// A SQL string literal.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
 /// A UTC nanosecond time as a SQL timestamp literal.
-fn timestamp(ns: i64) -> String {
+pub(crate) fn timestamp(ns: i64) -> String {
     format!("arrow_cast({ns}, 'Timestamp(Nanosecond, Some(\"UTC\"))')")
 }
 
@@ -99,10 +105,11 @@ fn where_clause(conditions: &[String]) -> String {
     }
 }
 
-/// The statement: `weights` (comm, stack_id, weight) per mode, then the
-/// same folding of stacks into names for both.
-pub fn sql(o: &Options) -> String {
-    let weights = match o.mode {
+/// The `weights` CTE: one row per (comm, stack_id) with the weight of the
+/// mode (samples on-CPU, nanoseconds off-CPU), filtered by the options.
+/// The pprof export runs it too, so both weigh the same things.
+pub fn weights_cte(o: &Options) -> String {
+    match o.mode {
         Mode::OnCpu => format!(
             "weights AS (\n  SELECT CAST(comm AS VARCHAR) AS comm, stack_id, count(*) AS weight\n  FROM cpu_sample{}\n  GROUP BY 1, 2\n)",
             where_clause(&conditions(o, "", true))
@@ -136,17 +143,26 @@ pub fn sql(o: &Options) -> String {
                 where_clause(&arriving)
             )
         }
-    };
+    }
+}
+
+/// The stack-resolution CTEs, the one place stacks become named frames:
+/// `frames` (one row per `frame_id`, deduplicated across sessions) and
+/// `named` (`stack_id`, `depth` (0 the leaf), `frame_id`, `name` as the
+/// flame graph shows it, and the frame's `kind`, `module`, `build_id`,
+/// `address`, `file_offset`, `function`, `file`, `line`) for the stacks
+/// whose `stack_id` the relation `stacks` holds.
+pub fn stack_frames_ctes(stacks: &str) -> String {
     format!(
-        "WITH {weights},\n\
-         frames AS (\n  \
+        "frames AS (\n  \
          SELECT frame_id, max(CAST(kind AS VARCHAR)) AS kind, max(function) AS function,\n    \
-         max(module) AS module, max(file_offset) AS file_offset\n  \
+         max(module) AS module, max(build_id) AS build_id, max(address) AS address,\n    \
+         max(file_offset) AS file_offset, max(file) AS file, max(line) AS line\n  \
          FROM frame\n  \
          GROUP BY frame_id\n\
          ),\n\
          named AS (\n  \
-         SELECT s.stack_id, s.depth,\n    \
+         SELECT s.stack_id, s.depth, s.frame_id,\n    \
          CASE\n      \
          WHEN f.function IS NOT NULL\n        \
          THEN replace(f.function, ';', ':') || CASE WHEN f.kind = 'kernel' THEN '_[k]' ELSE '' END\n      \
@@ -154,11 +170,21 @@ pub fn sql(o: &Options) -> String {
          THEN '[' || regexp_replace(f.module, '^.*/', '') || '+0x' || to_hex(CAST(f.file_offset AS BIGINT)) || ']'\n      \
          WHEN f.module IS NOT NULL THEN f.module\n      \
          ELSE '[unknown]'\n    \
-         END AS name\n  \
+         END AS name,\n    \
+         f.kind, f.module, f.build_id, f.address, f.file_offset, f.function, f.file, f.line\n  \
          FROM (SELECT DISTINCT stack_id, depth, frame_id FROM stack) s\n  \
          LEFT JOIN frames f ON f.frame_id = s.frame_id\n  \
-         WHERE s.stack_id IN (SELECT stack_id FROM weights)\n\
-         ),\n\
+         WHERE s.stack_id IN (SELECT stack_id FROM {stacks})\n\
+         )"
+    )
+}
+
+/// The statement: `weights` (comm, stack_id, weight) per mode, then the
+/// stacks' named frames folded into one line per stack, the same for both.
+pub fn sql(o: &Options) -> String {
+    format!(
+        "WITH {},\n\
+         {},\n\
          folded AS (\n  \
          SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames\n  \
          FROM named\n  \
@@ -169,7 +195,9 @@ pub fn sql(o: &Options) -> String {
          FROM weights w\n\
          LEFT JOIN folded f ON f.stack_id = w.stack_id\n\
          GROUP BY 1\n\
-         ORDER BY 1"
+         ORDER BY 1",
+        weights_cte(o),
+        stack_frames_ctes("weights")
     )
 }
 
@@ -220,17 +248,20 @@ pub fn svg(lines: &[String], mode: Mode, out: &mut dyn Write) -> anyhow::Result<
         .context("drawing the flame graph")
 }
 
-/// Runs `flamegraph` over `recordings`.
-pub async fn run(
+/// A query session over `recordings` for stacks weighed by `options`:
+/// `--from`/`--to` resolved against the recordings into the options, and a
+/// note on stderr when off-CPU stacks were not recorded. Shared by the flame
+/// graph and the pprof export.
+pub(crate) fn prepare(
     recordings: &[PathBuf],
     options: &Options,
     (from, to): (Option<When>, Option<When>),
     partitions: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(Vec<recording::Recording>, SessionContext, Options)> {
     let opened = recording::open_all(recordings)?;
     let (from, to) =
         when::resolve_window(from, to, report::time_range(&opened)).map_err(crate::UsageError)?;
-    let options = &Options {
+    let options = Options {
         from: from.or(options.from),
         to: to.or(options.to),
         ..options.clone()
@@ -245,6 +276,18 @@ pub async fn run(
         );
     }
     let ctx = catalog::context_for(&opened, partitions).map_err(catalog::one_line)?;
+    Ok((opened, ctx, options))
+}
+
+/// Runs `flamegraph` over `recordings`.
+pub async fn run(
+    recordings: &[PathBuf],
+    options: &Options,
+    window: (Option<When>, Option<When>),
+    partitions: usize,
+) -> anyhow::Result<()> {
+    let (_, ctx, options) = prepare(recordings, options, window, partitions)?;
+    let options = &options;
     let statement = sql(options);
     let mut out: Box<dyn Write> = match &options.output {
         Some(path) => Box::new(std::io::BufWriter::new(

@@ -26,6 +26,7 @@
 //! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
 //!   day, relative to the recording's end or start).
 //! - [`flamegraph`]: folded stacks and SVG flame graphs, one SQL statement.
+//! - [`export`]: Perfetto traces and pprof profiles.
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -45,6 +46,7 @@ use datafusion::prelude::SessionContext;
 
 pub mod catalog;
 pub mod cli;
+pub mod export;
 pub mod flamegraph;
 pub mod info;
 pub mod output;
@@ -176,6 +178,10 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             options,
             window,
         } => match flamegraph::run(&recordings, &options, window, config.threads).await {
+            Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+            other => other?,
+        },
+        cli::Action::Export(request) => match export::run(&request, config.threads).await {
             Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
             other => other?,
         },

@@ -10,7 +10,7 @@ use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
 /// Stacks: 10 = work <- main; 20 = schedule (kernel) <- work <- main;
 /// 30 = the unnamed frame <- main. Stacks and frames are written twice
 /// (two sessions), once unnamed: readers must not double count.
-fn recording(fx: &Fixture) -> Rec {
+pub fn recording(fx: &Fixture) -> Rec {
     let rec = fx.recording("rec", "web1");
     let frame = |id: i64, kind: &str, function: Option<&str>, offset: Option<u64>| {
         json!({"frame_id": id, "kind": kind, "address": 4096 + id as u64, "module": if kind == "kernel" { "[kernel]" } else { "/usr/bin/app" },
@@ -73,7 +73,7 @@ fn recording(fx: &Fixture) -> Rec {
     rec
 }
 
-fn folded(rec: &Rec, args: &[&str]) -> String {
+pub fn folded(rec: &Rec, args: &[&str]) -> String {
     let mut all = vec!["flamegraph", rec.dir.to_str().unwrap()];
     all.extend_from_slice(args);
     let out = hindsight(&all);

@@ -3,6 +3,7 @@
 //! the `hindsight` binary.
 
 mod errors; // bad input: exit code 2 and one line naming the file
+mod export; // pprof and Perfetto exports decoded, against the flame graph and the rows
 mod fixture; // temp-dir recordings built from rows given as JSON
 mod flamegraph; // folded and SVG flame graphs from synthetic stacks
 mod info; // `info`: counts, sizes, time range and losses from footers
