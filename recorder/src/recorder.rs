@@ -449,10 +449,24 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
 /// Retention's hook: after a chunk named `closed` was closed in every
 /// table, delete what the budget no longer allows and note it in
 /// recording.json (saved by the caller).
-fn retire(retention: &mut Retention, recording: &mut Recording, closed: &str) {
+fn retire(
+    retention: &mut Retention,
+    recording: &mut Recording,
+    closed: &str,
+    another_follows: bool,
+) {
     let tables = hindsight_schemas::TABLES.iter().map(|t| t.name);
-    let retired = retention.after_close(tables, closed, retention::now_ns());
+    let retired = retention.after_close(tables, closed, another_follows, retention::now_ns());
     recording.meta.retired.extend(retired);
+}
+
+/// Saves recording.json; a full disk is not an error here (it is saved
+/// again at the next roll, and the writer reports the outage).
+fn save_recording(recording: &Recording) -> anyhow::Result<()> {
+    match recording.save() {
+        Err(e) if crate::sink::is_disk_full(&e) => Ok(()),
+        other => other,
+    }
 }
 
 fn wants(config: &Config, group: &str) -> bool {
@@ -766,9 +780,18 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 failure = Some(e);
                 break;
             }
+            let retired = retention.while_open(retention::now_ns());
+            if !retired.is_empty() {
+                recording.meta.retired.extend(retired);
+                if let Err(e) = save_recording(&recording) {
+                    failure = Some(e);
+                    break;
+                }
+            }
         }
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
+            retention.measure_open();
             if let Err(e) = c.close_chunk() {
                 failure = Some(e);
                 break;
@@ -780,15 +803,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             let closed_name = std::mem::replace(&mut c.file_name, next_name);
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
-            retire(&mut retention, &mut recording, &closed_name);
-            match recording.save() {
-                // Saved again at the next roll; the writer reports the outage.
-                Err(e) if crate::sink::is_disk_full(&e) => {}
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-                Ok(()) => {}
+            retire(&mut retention, &mut recording, &closed_name, true);
+            if let Err(e) = save_recording(&recording) {
+                failure = Some(e);
+                break;
             }
         }
     }
@@ -819,7 +837,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     let closed = c.close_chunk();
     let rows = c.writer.join();
-    retire(&mut retention, &mut recording, &c.file_name);
+    retire(&mut retention, &mut recording, &c.file_name, false);
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));
     let saved = recording.save();
     if let Some(e) = failure {

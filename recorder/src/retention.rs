@@ -9,9 +9,12 @@
 //!   takes from each table in proportion to its size, and every table still
 //!   covers the same, most recent, period.
 //! - `--max-age`: slices that started before `now - max_age` go.
-//! - `--max-size`: oldest slices go until the closed chunks fit the budget.
-//!   Checked after each close, this bounds disk use at the budget plus the
-//!   one chunk being written.
+//! - `--max-size`: oldest slices go until the closed chunks *and the open
+//!   chunk's files* (its journal and unfinished Parquet file, together about
+//!   2.4 times what the chunk becomes) fit the budget. Checked after each
+//!   close and at every flush while a chunk is open, this bounds disk use at
+//!   the budget plus what the open chunk grows between two flushes (and the
+//!   newest slice, which is never deleted).
 //! - Reference tables ([`REFERENCE_TABLES`]: `process`, `stack`, `frame`)
 //!   hold what newer rows refer to, written once when first seen. Their
 //!   files are skipped by both rules above and deleted, oldest first, only
@@ -25,7 +28,9 @@
 //!
 //! The index of closed chunks is built by one directory scan when the
 //! recorder starts; after that only the chunks just closed are `stat`ed, so
-//! a week of minute chunks costs no directory walk per minute.
+//! a week of minute chunks costs no directory walk per minute. The open
+//! chunk's hidden files are `stat`ed once per flush: one small directory
+//! per table.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -86,6 +91,13 @@ pub struct Retention {
     chunks: BTreeMap<(i64, String, String), Chunk>,
     /// Bytes of every chunk in `chunks`.
     total: u64,
+    /// Bytes of the open chunk's hidden files, as last measured.
+    open: u64,
+    /// The most they took while the open chunk was open.
+    open_peak: u64,
+    /// The most the previous chunk's took before it closed: the room the
+    /// next chunk will likely need, kept free for it from its start.
+    last_open_peak: u64,
     /// Whether the "newest slice alone exceeds the budget" warning was given.
     warned_small_budget: bool,
 }
@@ -98,6 +110,9 @@ impl Retention {
             limits,
             chunks: BTreeMap::new(),
             total: 0,
+            open: 0,
+            open_peak: 0,
+            last_open_peak: 0,
             warned_small_budget: false,
         };
         for table in fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -150,17 +165,67 @@ impl Retention {
     }
 
     /// Takes note of the chunk `file_name` of every table in `tables`, then
-    /// enforces the limits. Returns what was deleted.
+    /// enforces the limits. With `another_follows`, room is kept for the
+    /// next chunk's files as large as this one's were (call
+    /// [`Retention::measure_open`] just before the close). Returns what was
+    /// deleted.
     pub fn after_close<'a>(
         &mut self,
         tables: impl IntoIterator<Item = &'a str>,
         file_name: &str,
+        another_follows: bool,
         now_ns: i64,
     ) -> Vec<Retired> {
         for table in tables {
             self.add(table, file_name);
         }
+        let peak = std::mem::take(&mut self.open_peak);
+        self.last_open_peak = if another_follows { peak } else { 0 };
+        self.open = 0;
         self.enforce(now_ns)
+    }
+
+    /// Measures the open chunk's files (journals, unfinished Parquet files).
+    pub fn measure_open(&mut self) {
+        self.open = self.open_chunk_bytes();
+        self.open_peak = self.open_peak.max(self.open);
+    }
+
+    /// Measures the open chunk's files and, when they push the recording
+    /// over its budget, deletes the oldest slices to make room for them.
+    pub fn while_open(&mut self, now_ns: i64) -> Vec<Retired> {
+        self.measure_open();
+        if self.total + self.reserved_for_open() <= self.limits.max_size {
+            return Vec::new();
+        }
+        self.enforce(now_ns)
+    }
+
+    /// Room the open chunk takes or, early in its life, will likely take.
+    fn reserved_for_open(&self) -> u64 {
+        self.open.max(self.last_open_peak)
+    }
+
+    /// Bytes of the hidden files (journals, unfinished Parquet files) in
+    /// every table directory: what the open chunk takes on disk so far.
+    fn open_chunk_bytes(&self) -> u64 {
+        let mut bytes = 0;
+        for table in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = table.file_name();
+            if name.to_string_lossy().starts_with('.')
+                || !table.file_type().is_ok_and(|t| t.is_dir())
+            {
+                continue;
+            }
+            for file in fs::read_dir(table.path()).into_iter().flatten().flatten() {
+                if file.file_name().to_string_lossy().starts_with('.') {
+                    // A file renamed into place since the listing counts as 0
+                    // here and as a closed chunk at the close.
+                    bytes += file.metadata().map_or(0, |m| m.len());
+                }
+            }
+        }
+        bytes
     }
 
     /// Deletes what the limits no longer allow; returns it, per table and reason.
@@ -171,7 +236,9 @@ impl Retention {
         let is_reference = |table: &str| REFERENCE_TABLES.contains(&table);
         let mut doomed: Vec<((i64, String, String), &'static str)> = Vec::new();
         let mut doomed_keys = BTreeSet::new();
-        let mut remaining = self.total;
+        // The open chunk's files cannot be deleted, so they take their room
+        // from the closed ones.
+        let mut remaining = self.total + self.reserved_for_open();
 
         if let Some(max_age) = self.limits.max_age {
             let cutoff = now_ns.saturating_sub(max_age.as_nanos() as i64);
@@ -203,7 +270,7 @@ impl Retention {
         if remaining > self.limits.max_size && !self.warned_small_budget {
             self.warned_small_budget = true;
             eprintln!(
-                "hindsight-record: warning: the newest chunks alone take {} bytes, more than --max-size {}; keeping them",
+                "hindsight-record: warning: the newest and the open chunks alone take {} bytes, more than --max-size {}; keeping them",
                 remaining, self.limits.max_size
             );
         }
@@ -405,10 +472,46 @@ mod tests {
         let mut retention = Retention::scan(dir.path(), limits(250, None));
         let name = layout::chunk_file_name(T0 + 2 * MINUTE, 2);
         fs::write(dir.path().join("sched_switch").join(&name), [0u8; 100]).unwrap();
-        let retired = retention.after_close(["sched_switch", "counter"], &name, T0 + 3 * MINUTE);
+        let retired =
+            retention.after_close(["sched_switch", "counter"], &name, false, T0 + 3 * MINUTE);
         assert_eq!(left(dir.path(), "sched_switch"), [1, 2]);
         assert_eq!(retired[0].files, 1);
         assert_eq!(retention.total_bytes(), 200);
+    }
+
+    #[test]
+    fn the_open_chunks_files_take_their_room_from_the_oldest_slices() {
+        let tables = [("sched_switch", 100)];
+        let dir = recording(5, &tables);
+        // 5 slices of 100 bytes and the fixture's 1-byte open file.
+        let mut retention = Retention::scan(dir.path(), limits(501, None));
+        assert!(retention.while_open(T0 + 5 * MINUTE).is_empty(), "fits");
+
+        // The open chunk's journal grows to 250 bytes: three old slices go.
+        let open = layout::chunk_file_name(T0 + 5 * MINUTE, 5);
+        let journal = dir
+            .path()
+            .join("sched_switch")
+            .join(layout::journal_file_name(&open));
+        fs::write(&journal, [0u8; 250]).unwrap();
+        let retired = retention.while_open(T0 + 6 * MINUTE);
+        assert_eq!(retired[0].files, 3);
+        assert_eq!(left(dir.path(), "sched_switch"), [3, 4]);
+
+        // It closes into a 100-byte chunk; the next will want 250 bytes too.
+        retention.measure_open();
+        fs::remove_file(&journal).unwrap();
+        fs::write(dir.path().join("sched_switch").join(&open), [0u8; 100]).unwrap();
+        let retired = retention.after_close(["sched_switch"], &open, true, T0 + 6 * MINUTE);
+        assert_eq!(retired[0].files, 1, "300 closed + 251 kept free > 501");
+        assert_eq!(left(dir.path(), "sched_switch"), [4, 5]);
+
+        // The last close keeps no room for a chunk that never comes.
+        let last = layout::chunk_file_name(T0 + 6 * MINUTE, 6);
+        fs::write(dir.path().join("sched_switch").join(&last), [0u8; 100]).unwrap();
+        let retired = retention.after_close(["sched_switch"], &last, false, T0 + 7 * MINUTE);
+        assert!(retired.is_empty());
+        assert_eq!(retention.total_bytes(), 300);
     }
 
     #[test]
