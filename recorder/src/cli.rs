@@ -130,8 +130,9 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_size)]
     pub ring_size: u64,
 
-    /// Disk budget: after every chunk, the oldest closed files are deleted until the
-    /// recording fits; disk use stays under SIZE plus the one chunk being written
+    /// Disk budget: after every chunk (and at every flush), the oldest closed files are
+    /// deleted until they, plus room for the open chunk and its journal, fit; disk use
+    /// stays under SIZE plus at most one chunk
     /// [default: 2G, capped to a tenth of the output's filesystem; at the 4 GB/day a
     /// busy 2-CPU host recorded with the defaults (BENCHMARKS.md) that is half a day,
     /// and weeks on a quiet host].

@@ -453,10 +453,10 @@ fn retire(
     retention: &mut Retention,
     recording: &mut Recording,
     closed: &str,
-    another_follows: bool,
+    next_chunk_room: u64,
 ) {
     let tables = hindsight_schemas::TABLES.iter().map(|t| t.name);
-    let retired = retention.after_close(tables, closed, another_follows, retention::now_ns());
+    let retired = retention.after_close(tables, closed, next_chunk_room, retention::now_ns());
     recording.meta.retired.extend(retired);
 }
 
@@ -791,7 +791,6 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
-            retention.measure_open();
             if let Err(e) = c.close_chunk() {
                 failure = Some(e);
                 break;
@@ -801,9 +800,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             seq += 1;
             let next_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
             let closed_name = std::mem::replace(&mut c.file_name, next_name);
+            let peak = c.writer.stats.last_chunk_peak_bytes.load(Ordering::Relaxed);
             drop(c);
             recording.session_mut().clock_offsets.push(offset);
-            retire(&mut retention, &mut recording, &closed_name, true);
+            retire(&mut retention, &mut recording, &closed_name, peak);
             if let Err(e) = save_recording(&recording) {
                 failure = Some(e);
                 break;
@@ -837,7 +837,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     let closed = c.close_chunk();
     let rows = c.writer.join();
-    retire(&mut retention, &mut recording, &c.file_name, false);
+    retire(&mut retention, &mut recording, &c.file_name, 0);
     recording.session_mut().stopped = Some(rfc3339(clock::utc_now_ns()));
     let saved = recording.save();
     if let Some(e) = failure {

@@ -93,9 +93,7 @@ pub struct Retention {
     total: u64,
     /// Bytes of the open chunk's hidden files, as last measured.
     open: u64,
-    /// The most they took while the open chunk was open.
-    open_peak: u64,
-    /// The most the previous chunk's took before it closed: the room the
+    /// The most the previous chunk took before it closed: the room the
     /// next chunk will likely need, kept free for it from its start.
     last_open_peak: u64,
     /// Whether the "newest slice alone exceeds the budget" warning was given.
@@ -111,7 +109,6 @@ impl Retention {
             chunks: BTreeMap::new(),
             total: 0,
             open: 0,
-            open_peak: 0,
             last_open_peak: 0,
             warned_small_budget: false,
         };
@@ -165,36 +162,28 @@ impl Retention {
     }
 
     /// Takes note of the chunk `file_name` of every table in `tables`, then
-    /// enforces the limits. With `another_follows`, room is kept for the
-    /// next chunk's files as large as this one's were (call
-    /// [`Retention::measure_open`] just before the close). Returns what was
-    /// deleted.
+    /// enforces the limits, keeping `next_chunk_room` bytes free for the
+    /// next chunk's files (0 when none follows; else what this one took at
+    /// its peak, journals included). Returns what was deleted.
     pub fn after_close<'a>(
         &mut self,
         tables: impl IntoIterator<Item = &'a str>,
         file_name: &str,
-        another_follows: bool,
+        next_chunk_room: u64,
         now_ns: i64,
     ) -> Vec<Retired> {
         for table in tables {
             self.add(table, file_name);
         }
-        let peak = std::mem::take(&mut self.open_peak);
-        self.last_open_peak = if another_follows { peak } else { 0 };
+        self.last_open_peak = next_chunk_room;
         self.open = 0;
         self.enforce(now_ns)
-    }
-
-    /// Measures the open chunk's files (journals, unfinished Parquet files).
-    pub fn measure_open(&mut self) {
-        self.open = self.open_chunk_bytes();
-        self.open_peak = self.open_peak.max(self.open);
     }
 
     /// Measures the open chunk's files and, when they push the recording
     /// over its budget, deletes the oldest slices to make room for them.
     pub fn while_open(&mut self, now_ns: i64) -> Vec<Retired> {
-        self.measure_open();
+        self.open = self.open_chunk_bytes();
         if self.total + self.reserved_for_open() <= self.limits.max_size {
             return Vec::new();
         }
@@ -472,8 +461,7 @@ mod tests {
         let mut retention = Retention::scan(dir.path(), limits(250, None));
         let name = layout::chunk_file_name(T0 + 2 * MINUTE, 2);
         fs::write(dir.path().join("sched_switch").join(&name), [0u8; 100]).unwrap();
-        let retired =
-            retention.after_close(["sched_switch", "counter"], &name, false, T0 + 3 * MINUTE);
+        let retired = retention.after_close(["sched_switch", "counter"], &name, 0, T0 + 3 * MINUTE);
         assert_eq!(left(dir.path(), "sched_switch"), [1, 2]);
         assert_eq!(retired[0].files, 1);
         assert_eq!(retention.total_bytes(), 200);
@@ -498,18 +486,17 @@ mod tests {
         assert_eq!(retired[0].files, 3);
         assert_eq!(left(dir.path(), "sched_switch"), [3, 4]);
 
-        // It closes into a 100-byte chunk; the next will want 250 bytes too.
-        retention.measure_open();
+        // It closes into a 100-byte chunk; the next will want 251 bytes too.
         fs::remove_file(&journal).unwrap();
         fs::write(dir.path().join("sched_switch").join(&open), [0u8; 100]).unwrap();
-        let retired = retention.after_close(["sched_switch"], &open, true, T0 + 6 * MINUTE);
+        let retired = retention.after_close(["sched_switch"], &open, 251, T0 + 6 * MINUTE);
         assert_eq!(retired[0].files, 1, "300 closed + 251 kept free > 501");
         assert_eq!(left(dir.path(), "sched_switch"), [4, 5]);
 
         // The last close keeps no room for a chunk that never comes.
         let last = layout::chunk_file_name(T0 + 6 * MINUTE, 6);
         fs::write(dir.path().join("sched_switch").join(&last), [0u8; 100]).unwrap();
-        let retired = retention.after_close(["sched_switch"], &last, false, T0 + 7 * MINUTE);
+        let retired = retention.after_close(["sched_switch"], &last, 0, T0 + 7 * MINUTE);
         assert!(retired.is_empty());
         assert_eq!(retention.total_bytes(), 300);
     }

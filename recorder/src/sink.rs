@@ -103,8 +103,9 @@ pub enum Written {
 pub enum Closed {
     /// No chunk was open.
     Nothing,
-    /// Renamed into place; its journal is gone.
-    File(PathBuf),
+    /// Renamed into place; its journal is gone. `peak_bytes`: the most it
+    /// took on disk, just before the journal went (journal and file both).
+    File { path: PathBuf, peak_bytes: u64 },
     /// The disk is full: the journal stays, to become a chunk with
     /// [`recover_journal`] once there is room (or at the next start).
     Deferred(PathBuf),
@@ -510,7 +511,10 @@ impl TableSink {
                 // After the rename: a crash in between leaves both, and readers
                 // and recovery prefer the Parquet file.
                 let _ = fs::remove_file(&chunk.journal_path);
-                Ok(Closed::File(chunk.final_path))
+                Ok(Closed::File {
+                    path: chunk.final_path,
+                    peak_bytes: chunk.journal_len + bytes,
+                })
             }
             Err(e) if is_disk_full(&e) => {
                 let _ = fs::remove_file(&chunk.temp_path);
@@ -768,7 +772,7 @@ mod tests {
         let journal = table_dir.join(layout::journal_file_name("c-000000.parquet"));
         let (entries, torn) = journal::read_journal(&journal).unwrap();
         assert_eq!((entries, torn), (vec![batch], false));
-        assert!(matches!(sink.close_chunk().unwrap(), Closed::File(_)));
+        assert!(matches!(sink.close_chunk().unwrap(), Closed::File { .. }));
         assert_eq!(names(&table_dir), ["c-000000.parquet"]);
         assert!(matches!(sink.close_chunk().unwrap(), Closed::Nothing));
     }
@@ -851,7 +855,7 @@ mod tests {
         for _ in 0..3 {
             sink.write(&switches(&big), "c-000002.parquet").unwrap();
         }
-        let Closed::File(path) = sink.close_chunk().unwrap() else {
+        let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
             panic!("a chunk was open")
         };
         let reader =
@@ -908,7 +912,7 @@ mod tests {
                 .collect()
         };
         assert!(visible().is_empty(), "an open chunk must not be visible");
-        let Closed::File(closed) = sink.close_chunk().unwrap() else {
+        let Closed::File { path: closed, .. } = sink.close_chunk().unwrap() else {
             panic!("a chunk was open")
         };
         assert_eq!(visible(), vec!["c-000000.parquet"]);

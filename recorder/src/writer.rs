@@ -58,6 +58,9 @@ pub type RowsWritten = Vec<(&'static str, u64)>;
 pub struct WriterStats {
     pub bytes_written: AtomicU64,
     pub files: AtomicU64,
+    /// The most disk the last closed chunk took while open (journals and
+    /// Parquet files of every table): the room retention keeps for the next.
+    pub last_chunk_peak_bytes: AtomicU64,
     /// Rows not written for a full disk, per table (index of `TABLES`),
     /// not yet reported in `loss`: the recording loop takes them.
     pub dropped: Vec<AtomicU64>,
@@ -74,6 +77,7 @@ impl Default for WriterStats {
         WriterStats {
             bytes_written: AtomicU64::new(0),
             files: AtomicU64::new(0),
+            last_chunk_peak_bytes: AtomicU64::new(0),
             dropped: TABLES.iter().map(|_| AtomicU64::new(0)).collect(),
             dropped_total: AtomicU64::new(0),
             disk_full: AtomicBool::new(false),
@@ -337,10 +341,12 @@ impl WriterThread {
     }
 
     fn close_chunks(&mut self) -> anyhow::Result<()> {
+        let mut peak_bytes = 0;
         for sink in &mut self.sinks {
             match sink.close_chunk()? {
-                Closed::File(_) => {
+                Closed::File { peak_bytes: p, .. } => {
                     self.stats.files.fetch_add(1, Ordering::Relaxed);
+                    peak_bytes += p;
                 }
                 Closed::Deferred(journal) => self.deferred.push((sink.table(), journal)),
                 Closed::Nothing => {}
@@ -366,6 +372,9 @@ impl WriterThread {
             }
         }
         self.deferred = still_deferred;
+        self.stats
+            .last_chunk_peak_bytes
+            .store(peak_bytes, Ordering::Relaxed);
         let total: u64 = self.sinks.iter().map(|s| s.bytes_written).sum();
         self.stats.bytes_written.store(total, Ordering::Relaxed);
         Ok(())
