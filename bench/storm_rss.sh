@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # storm_rss.sh: the recorder's peak memory under a context-switch storm.
 #
-# Records with the default flags (every default event group, the 8 MiB ring)
+# Records with the default flags (every default event group, the 4 MiB ring)
 # while `hs-pingpong --pairs PAIRS` switches far faster than any recorder
 # writes, and reports the recorder's RSS idle and at its peak (VmHWM from
 # /proc/PID/status), the Rss/anon/file split at the end (smaps_rollup), the

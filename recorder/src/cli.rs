@@ -42,11 +42,11 @@ dist/hindsight-record.service runs it as a service):
   hindsight-record -o /var/lib/hindsight/rec --max-size 2G --max-age 7d
 
 Memory is bounded whatever the event rate: rows are buffered in batches of
-64K per table, and when the disk or encoder falls behind the kernel drops
-events and counts them per CPU in the loss table. Under a context-switch
-storm the RSS stays under 64 MiB with --ring-size 1M; at the defaults it
-peaked at about 96 MiB (the 8 MiB ring is resident twice over, and naming
-stack frames maps the sampled binaries; see BENCHMARKS.md).
+16K per table and row groups of 32K, and when the disk or encoder falls
+behind, the kernel drops events and counts them per CPU in the loss table.
+The RSS stays under 64 MiB at the defaults: 58 MiB at the peak of a
+context-switch storm (BENCHMARKS.md). A larger --ring-size costs twice its
+size (the ring is mapped twice over).
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
@@ -127,7 +127,9 @@ pub struct Args {
     pub off_cpu_stacks: bool,
 
     /// Size of the BPF ring buffer between kernel and recorder (a power of two; e.g. 8M).
-    #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_size)]
+    /// Its pages are resident twice over; a larger ring rides out longer bursts
+    /// without drops, at twice its size in memory.
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
     pub ring_size: u64,
 
     /// Disk budget: after every chunk (and at every flush), the oldest closed files are

@@ -49,9 +49,11 @@ const DRAIN_BUDGET: usize = 64 * 1024;
 const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
 /// How often per-CPU loss counters are read into `loss` rows.
 const LOSS_INTERVAL: Duration = Duration::from_secs(1);
-/// Rows buffered per table before they are written as one row group:
-/// bounds the recorder's memory (about 60 bytes a row) whatever the event rate.
-pub const BATCH_ROWS: usize = 64 * 1024;
+/// Rows buffered per table before they go to the writer (which gathers
+/// them into row groups of [`crate::sink::ROW_GROUP_ROWS`]): bounds the
+/// recorder's memory (about 60 bytes a row) whatever the event rate. The
+/// builders, and the writer's queue, hold up to this many per table.
+pub const BATCH_ROWS: usize = 16 * 1024;
 /// NUMA moves and migrations are rare; their ring needs little room.
 const NUMA_RING_SIZE: u32 = 256 << 10;
 

@@ -50,7 +50,7 @@ use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
 /// Rows gathered (and journaled) before they are sorted and written as one
 /// Parquet row group: large enough for good compression, small enough to
 /// bound the writer's memory (about 60 bytes a row, per table).
-pub const ROW_GROUP_ROWS: usize = 64 * 1024;
+pub const ROW_GROUP_ROWS: usize = 32 * 1024;
 
 /// Mode of every file a recording holds: recordings contain command lines.
 pub const FILE_MODE: u32 = 0o640;

@@ -12,8 +12,9 @@
 use std::{
     collections::HashMap,
     path::Path,
-    sync::mpsc::{sync_channel, Receiver, Sender, SyncSender},
+    sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender},
     thread::JoinHandle,
+    time::Duration,
 };
 
 use blazesym::symbolize::{
@@ -142,6 +143,11 @@ impl SymbolizerThread {
 /// anyway, so the cost is re-reading a module that comes back.
 const MAX_OPEN_MODULES: usize = 16;
 
+/// With no frame to name for this long, the symbolizer lets go of every
+/// module it holds (their mappings count in the recorder's RSS, libLLVM's
+/// alone 7 MiB): new frames come in bursts, when new code is sampled.
+const IDLE_RELEASE: Duration = Duration::from_secs(10);
+
 fn new_symbolizer() -> Symbolizer {
     Symbolizer::builder()
         .enable_code_info(true)
@@ -155,7 +161,18 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
     let mut symbolizer = new_symbolizer();
     let mut open_modules: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
-    for mut row in queue {
+    loop {
+        let mut row = match queue.recv_timeout(IDLE_RELEASE) {
+            Ok(row) => row,
+            Err(RecvTimeoutError::Timeout) => {
+                if !open_modules.is_empty() {
+                    symbolizer = new_symbolizer();
+                    open_modules.clear();
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         if row.kernel {
             if let Some((function, module)) = kallsyms.lookup(row.address) {
                 row.function = Some(function.to_string());
