@@ -16,6 +16,8 @@ mod counters_and_tasks;
 mod crash_and_faults;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
+/// `report html` of a real burst names it and renders in headless Chromium without console errors.
+mod html_report;
 /// Left running: retention keeps the disk budget and the newest data; one recorder per directory.
 mod leave_running;
 /// A context-switch storm: dropped and counted in `loss`, memory within its stated bound.
