@@ -955,7 +955,8 @@ fn incidents_section(h: &mut String, page: &Page, dir: &str) -> Result<()> {
             write!(rose, "and {} more", inc.metrics.len() - 4)?;
         }
         let mut who = String::new();
-        for c in &inc.contributors {
+        // A share that rounds to 0 % names a bystander, not a cause.
+        for c in inc.contributors.iter().filter(|c| c.share >= 0.005) {
             write!(
                 who,
                 "{} ({}) {:.0} %<br>",
