@@ -94,6 +94,8 @@ pub enum ReportCommand {
     /// The incidents: when the system departed from its own baseline, and who caused it.
     #[command(long_about = TIMELINE_ABOUT)]
     Timeline(TimelineArgs),
+    /// One HTML page to attach to a ticket: charts, incidents, flame graphs, losses.
+    Html(HtmlArgs),
 }
 
 const RUNQLAT_ABOUT: &str = "Per interval, run-queue latency: the time from a thread's wakeup \
@@ -332,6 +334,46 @@ pub struct TimelineArgs {
     pub metric: Option<String>,
 }
 
+/// `report html`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "One self-contained HTML page about a recording, to attach to a ticket: \
+what the machine did (charts of CPU, memory, page faults, context switches, disk, pressure and \
+the busiest processes' CPU, in UTC), the incidents of `report timeline` shaded on every chart \
+and listed with the processes behind them, the on-CPU flame graph (and the off-CPU one when \
+recorded with --off-cpu-stacks), and what the recorder could not see: lost events, probes it \
+could not attach, periods retention deleted.\n\n\
+The page needs nothing else to be read: no network, no script (the flame graphs carry their \
+own, for zooming). Open it in any browser, or mail it.\n\n\
+Incidents are found as `report timeline` finds them, in --interval intervals (by default 10s, \
+longer for windows of more than about 80 minutes, so there are at most 500); the charts have \
+about 300 points across the window.\n\n\
+Examples:\n  \
+hindsight report html rec/ -o report.html\n  \
+hindsight report html rec/ --from 14:05 --to 14:20 -o ticket-4711.html\n  \
+hindsight report html rec/ --from -15m -o - | gzip > last-15-minutes.html.gz"
+)]
+pub struct HtmlArgs {
+    /// The recording directory.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+    /// Only from this time on. TIME: RFC 3339, HH:MM[:SS] on the recording's last day, -15m from its end.
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub from: Option<When>,
+    /// Only before this time (same forms as --from).
+    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
+    pub to: Option<When>,
+    /// Interval in which incidents are found: 10s, 1m (default: 10s, longer for long windows).
+    #[arg(long, short = 'i', value_name = "DURATION", value_parser = Interval::parse)]
+    pub interval: Option<Interval>,
+    /// Processes on the CPU chart, the busiest first.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=10))]
+    pub top: u16,
+    /// The page to write; `-` writes it to standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+}
+
 /// The atop screen at one moment: system lines and top processes of the interval holding it.
 #[derive(Debug, Args)]
 #[command(
@@ -498,6 +540,7 @@ pub enum Action {
         recordings: Vec<PathBuf>,
         options: report::Options,
     },
+    HtmlReport(report::html::Request),
     Record {
         args: Vec<std::ffi::OsString>,
     },
@@ -587,6 +630,20 @@ impl Cli {
                     ReportCommand::Runqlat(a) => (report::Kind::Runqlat, a.report, a.pid, None),
                     ReportCommand::Timeline(a) => {
                         (report::Kind::Timeline, a.report, None, a.metric)
+                    }
+                    ReportCommand::Html(a) => {
+                        let request = report::html::Request {
+                            recording: a.recording,
+                            from: a.from,
+                            to: a.to,
+                            interval: a.interval,
+                            top: usize::from(a.top),
+                            output: a.output,
+                        };
+                        return Config {
+                            action: Action::HtmlReport(request),
+                            threads,
+                        };
                     }
                 };
                 Action::Report {

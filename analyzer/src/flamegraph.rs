@@ -248,6 +248,22 @@ pub fn svg(lines: &[String], mode: Mode, out: &mut dyn Write) -> anyhow::Result<
         .context("drawing the flame graph")
 }
 
+/// True when some session recorded the stack of every switch-out
+/// (`--off-cpu-stacks`): without them off-CPU time has no stacks to show.
+pub fn off_cpu_stacks_recorded(recordings: &[recording::Recording]) -> bool {
+    recordings
+        .iter()
+        .any(|r| r.meta.sessions.iter().any(|s| s.off_cpu_stacks))
+}
+
+/// Runs `statement` (see [`sql`]) over `ctx`: the folded lines.
+pub async fn folded(ctx: &SessionContext, statement: &str) -> anyhow::Result<Vec<String>> {
+    let batches = catalog::query_batches(ctx, statement)
+        .await
+        .map_err(catalog::one_line)?;
+    folded_lines(&batches).context("reading the flame graph query's result")
+}
+
 /// A query session over `recordings` for stacks weighed by `options`:
 /// `--from`/`--to` resolved against the recordings into the options, and a
 /// note on stderr when off-CPU stacks were not recorded. Shared by the flame
@@ -266,11 +282,7 @@ pub(crate) fn prepare(
         to: to.or(options.to),
         ..options.clone()
     };
-    if options.mode == Mode::OffCpu
-        && opened
-            .iter()
-            .all(|r| r.meta.sessions.iter().all(|s| !s.off_cpu_stacks))
-    {
+    if options.mode == Mode::OffCpu && !off_cpu_stacks_recorded(&opened) {
         eprintln!(
             "hindsight: note: recorded without --off-cpu-stacks: off-CPU time is shown per thread name, without stacks"
         );
@@ -303,10 +315,7 @@ pub async fn run(
             writeln!(out, "{statement};\n")?;
         }
     }
-    let batches = catalog::query_batches(&ctx, &statement)
-        .await
-        .map_err(catalog::one_line)?;
-    let lines = folded_lines(&batches).context("reading the flame graph query's result")?;
+    let lines = folded(&ctx, &statement).await?;
     match options.format {
         Format::Folded => {
             for line in &lines {

@@ -372,7 +372,7 @@ pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
     Ok(())
 }
 
-fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n as f64;
     let mut unit = 0;
@@ -387,7 +387,7 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-fn human_duration(seconds: f64) -> String {
+pub(crate) fn human_duration(seconds: f64) -> String {
     if seconds < 60.0 {
         return format!("{seconds:.3} s");
     }

@@ -21,7 +21,7 @@
 //! - [`info`]: the `info` command's summary.
 //! - [`report`]: interval reports (atop, timeline, runqlat, faults, numa,
 //!   cachetop), one SQL statement each, a module per report; `top` is atop
-//!   at one moment.
+//!   at one moment; `html`, one page for a ticket made of the others.
 //! - [`slice`]: cut a smaller, complete recording out of one.
 //! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
 //!   day, relative to the recording's end or start).
@@ -162,6 +162,7 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
             other => other?,
         },
+        cli::Action::HtmlReport(request) => report::html::run(&request, config.threads).await?,
         cli::Action::Record { args } => return exec_recorder(&args),
         cli::Action::Slice(request) => {
             let outcome = slice::run(&request, config.threads).await?;

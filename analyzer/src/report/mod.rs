@@ -33,6 +33,7 @@ pub mod atop;
 pub mod baseline;
 pub mod cachetop;
 pub mod faults;
+pub mod html;
 pub mod numa;
 pub mod runqlat;
 pub mod timeline;

@@ -80,7 +80,9 @@ const VMSTAT: &[&str] = &[
     "numa_miss",
 ];
 
-const CPU_TICKS: &[&str] = &[
+/// The /proc/stat CPU time fields that add up to all the time: busy is all
+/// but `idle` and `iowait` (guest time is already inside `user`).
+pub const CPU_TICKS: &[&str] = &[
     "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
 ];
 
@@ -100,7 +102,7 @@ pub fn parse_metric(name: &str) -> Result<String, String> {
     Err(format!("no such metric; one of {}", names.join(", ")))
 }
 
-fn quoted(names: &[&str]) -> String {
+pub(super) fn quoted(names: &[&str]) -> String {
     names
         .iter()
         .map(|n| format!("'{n}'"))

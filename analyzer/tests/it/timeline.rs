@@ -14,7 +14,7 @@ const CHUNK: &str = "20231114T221320.000Z-000001.parquet";
 /// 60 s on CPU 0: every 100 ms a daemon (pid 50) runs 1 ms; from 30 s to
 /// 35 s a hog (pid 77, `hog`) runs in between, otherwise the CPU idles.
 /// `ctxt` grows by 1000 to 1040 a second, without a burst.
-fn burst_recording(fx: &Fixture) -> Rec {
+pub fn burst_recording(fx: &Fixture) -> Rec {
     let rec = fx.recording("rec", "h");
     let mut switches = Vec::new();
     let sw = |ms: i64, prev: (i32, &str), next: (i32, &str)| {

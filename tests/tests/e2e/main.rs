@@ -18,6 +18,8 @@ mod crash_and_faults;
 mod duckdb_reads_it;
 /// Perfetto and pprof exports of a real recording: slices equal `cpu_time`, totals the flame graph's.
 mod exports;
+/// `report html` of a real burst names it and renders in headless Chromium without console errors.
+mod html_report;
 /// Left running: retention keeps the disk budget and the newest data; one recorder per directory.
 mod leave_running;
 /// A context-switch storm: dropped and counted in `loss`, memory within its stated bound.
