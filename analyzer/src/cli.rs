@@ -423,6 +423,22 @@ hindsight flamegraph rec/ --off-cpu --comm nginx --format svg -o offcpu.svg\n  \
 hindsight flamegraph rec/ --on-cpu --from 2024-05-01T12:00:00Z --to 2024-05-01T12:05:00Z --format svg -o cpu.svg"
 )]
 pub struct FlamegraphArgs {
+    #[command(flatten)]
+    pub stacks: StackSelection,
+    /// Folded stacks (text) or an SVG flame graph.
+    #[arg(long, short = 'f', value_enum, default_value_t = GraphFormatArg::Folded)]
+    pub format: GraphFormatArg,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the SQL statement too: before the folded lines on stdout, or on stderr with SVG or -o.
+    #[arg(long)]
+    pub show_sql: bool,
+}
+
+/// Which stacks, weighed how: the filters `flamegraph` and `export pprof` share.
+#[derive(Debug, Args)]
+pub struct StackSelection {
     /// Recording directories.
     #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
     pub recordings: Vec<PathBuf>,
@@ -447,15 +463,35 @@ pub struct FlamegraphArgs {
     /// Only before this time (same forms).
     #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
     pub to: Option<When>,
-    /// Folded stacks (text) or an SVG flame graph.
-    #[arg(long, short = 'f', value_enum, default_value_t = GraphFormatArg::Folded)]
-    pub format: GraphFormatArg,
-    /// Write to this file instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Print the SQL statement too: before the folded lines on stdout, or on stderr with SVG or -o.
-    #[arg(long)]
-    pub show_sql: bool,
+}
+
+impl StackSelection {
+    /// The recordings, the flame graph options these select (in folded
+    /// format, to stdout) and the window still to resolve.
+    pub fn resolve(
+        self,
+    ) -> (
+        Vec<PathBuf>,
+        flamegraph::Options,
+        (Option<When>, Option<When>),
+    ) {
+        let options = flamegraph::Options {
+            mode: if self.off_cpu {
+                flamegraph::Mode::OffCpu
+            } else {
+                flamegraph::Mode::OnCpu
+            },
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm,
+            from: None,
+            to: None,
+            format: flamegraph::Format::Folded,
+            output: None,
+            show_sql: false,
+        };
+        (self.recordings, options, (self.from, self.to))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -594,28 +630,22 @@ impl Cli {
                 pids: crate::slice::normalize_pids(&a.pid),
                 output: a.output,
             }),
-            Command::Flamegraph(a) => Action::Flamegraph {
-                recordings: a.recordings,
-                options: flamegraph::Options {
-                    mode: if a.off_cpu {
-                        flamegraph::Mode::OffCpu
-                    } else {
-                        flamegraph::Mode::OnCpu
+            Command::Flamegraph(a) => {
+                let (recordings, options, window) = a.stacks.resolve();
+                Action::Flamegraph {
+                    recordings,
+                    options: flamegraph::Options {
+                        format: match a.format {
+                            GraphFormatArg::Folded => flamegraph::Format::Folded,
+                            GraphFormatArg::Svg => flamegraph::Format::Svg,
+                        },
+                        output: a.output,
+                        show_sql: a.show_sql,
+                        ..options
                     },
-                    pid: a.pid,
-                    tid: a.tid,
-                    comm: a.comm,
-                    from: None,
-                    to: None,
-                    format: match a.format {
-                        GraphFormatArg::Folded => flamegraph::Format::Folded,
-                        GraphFormatArg::Svg => flamegraph::Format::Svg,
-                    },
-                    output: a.output,
-                    show_sql: a.show_sql,
-                },
-                window: (a.from, a.to),
-            },
+                    window,
+                }
+            }
             Command::Export(e) => Action::Export(e.resolve()),
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,

@@ -93,30 +93,8 @@ pub struct PerfettoArgs {
 /// `export pprof`'s flags: the flame graph's filters.
 #[derive(Debug, Args)]
 pub struct PprofArgs {
-    /// Recording directories.
-    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
-    pub recordings: Vec<PathBuf>,
-    /// Where threads spent CPU time: samples and CPU nanoseconds.
-    #[arg(long, conflicts_with = "off_cpu", required_unless_present = "off_cpu")]
-    pub on_cpu: bool,
-    /// Where threads blocked: nanoseconds switched out.
-    #[arg(long)]
-    pub off_cpu: bool,
-    /// Only this process (kernel tgid).
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<i32>,
-    /// Only this thread (kernel pid).
-    #[arg(long, value_name = "TID")]
-    pub tid: Option<i32>,
-    /// Only threads of this name (exactly as `comm`).
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
-    /// Only from this time on: RFC 3339, HH:MM[:SS] on the recording's last day, -15m from its end.
-    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
-    pub from: Option<When>,
-    /// Only before this time (same forms).
-    #[arg(long, value_name = "TIME", value_parser = when::parse, allow_hyphen_values = true)]
-    pub to: Option<When>,
+    #[command(flatten)]
+    pub stacks: crate::cli::StackSelection,
     /// The profile to write (`-` for stdout), e.g. profile.pb.gz.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
@@ -147,26 +125,15 @@ impl ExportCommand {
                 window: (a.from, a.to),
                 output: a.output,
             },
-            ExportCommand::Pprof(a) => Request::Pprof {
-                recordings: a.recordings,
-                options: flamegraph::Options {
-                    mode: if a.off_cpu {
-                        flamegraph::Mode::OffCpu
-                    } else {
-                        flamegraph::Mode::OnCpu
-                    },
-                    pid: a.pid,
-                    tid: a.tid,
-                    comm: a.comm,
-                    from: None,
-                    to: None,
-                    format: flamegraph::Format::Folded,
-                    output: None,
-                    show_sql: false,
-                },
-                window: (a.from, a.to),
-                output: a.output,
-            },
+            ExportCommand::Pprof(a) => {
+                let (recordings, options, window) = a.stacks.resolve();
+                Request::Pprof {
+                    recordings,
+                    options,
+                    window,
+                    output: a.output,
+                }
+            }
         }
     }
 }
