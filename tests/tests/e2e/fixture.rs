@@ -187,6 +187,17 @@ pub fn run(command: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("running {command:?}: {e}"))
 }
 
+/// `hindsight ARGS`, which must succeed: its stdout.
+pub fn hindsight_stdout(args: &[&str]) -> String {
+    let out = run(Command::new(bin("hindsight")).args(args));
+    assert!(
+        out.status.success(),
+        "hindsight {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `hindsight sql DIR QUERY --format json`, parsed into one JSON value a row.
 pub fn sql(dir: &Path, query: &str) -> Vec<serde_json::Value> {
     let out = run(Command::new(bin("hindsight"))

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
-use crate::fixture::{bin, load, quiet, run, sql, sql_count, Recorder, Scratch};
+use crate::fixture::{bin, hindsight_stdout, load, quiet, run, sql, sql_count, Recorder, Scratch};
 
 /// A screenshot of `page` by headless Chromium, `width` x `height` CSS
 /// pixels: the PNG and what Chromium logged (its `CONSOLE` lines).
@@ -132,16 +132,6 @@ fn decode_png(png: &[u8]) -> Picture {
     }
 }
 
-fn hindsight(args: &[&str]) -> String {
-    let out = run(Command::new(bin("hindsight")).args(args));
-    assert!(
-        out.status.success(),
-        "hindsight {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Holds the machine quiet, as the timeline test does: the burst should be
 /// the busiest thing recorded.
 #[test]
@@ -215,7 +205,7 @@ fn the_html_report_of_a_real_burst_renders_in_chromium() {
             "hs-load ({burn_pid}) is not among the busiest processes: {busiest:?}"
         );
     }
-    let incidents: Vec<serde_json::Value> = serde_json::from_str(&hindsight(&[
+    let incidents: Vec<serde_json::Value> = serde_json::from_str(&hindsight_stdout(&[
         "report", "timeline", rec_arg, "-i", "5s", "-f", "json",
     ]))
     .unwrap();

@@ -9,19 +9,11 @@ use std::time::Duration;
 use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
-use crate::fixture::{bin, load, quiet, run, shared, utc_now_ns, Recorder, Scratch};
+use crate::fixture::{
+    bin, hindsight_stdout, load, quiet, run, shared, utc_now_ns, Recorder, Scratch,
+};
 
 const S: i64 = 1_000_000_000;
-
-fn hindsight_json(args: &[&str]) -> String {
-    let out = run(Command::new(bin("hindsight")).args(args));
-    assert!(
-        out.status.success(),
-        "hindsight {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// Holds the machine quiet: any other test's processes would be incidents
 /// too (a compiler started by someone else is one, rightly).
@@ -50,7 +42,7 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
     // of cpu_time; its length is at most the time since that CPU's previous
     // switch, which bounds the truth from above.
     let sum_s = |sql: &str| -> f64 {
-        let out = hindsight_json(&["sql", rec, "-f", "json", sql]);
+        let out = hindsight_stdout(&["sql", rec, "-f", "json", sql]);
         let row: Value = serde_json::from_str(out.trim()).unwrap();
         row["ns"].as_f64().unwrap_or(0.0) / 1e9
     };
@@ -82,7 +74,7 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         );
     }
 
-    let text = hindsight_json(&["report", "timeline", rec, "-i", "5s", "-f", "json"]);
+    let text = hindsight_stdout(&["report", "timeline", rec, "-i", "5s", "-f", "json"]);
     let incidents: Vec<Value> = serde_json::from_str(&text).expect("one JSON array");
     assert_eq!(incidents.len(), 1, "expected one incident: {text}");
     let incident = &incidents[0];
@@ -122,7 +114,7 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
     );
 
     // The 30 s before the burst, alone, are quiet.
-    let quiet_text = hindsight_json(&[
+    let quiet_text = hindsight_stdout(&[
         "report",
         "timeline",
         rec,
@@ -184,7 +176,7 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
 
     let pid = tick["pid"].as_i64().unwrap();
     let late = tick["late_ns"].as_array().unwrap();
-    let text = hindsight_json(&[
+    let text = hindsight_stdout(&[
         "report",
         "runqlat",
         rec_dir.to_str().unwrap(),
@@ -224,7 +216,7 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
         tick["start_utc_ns"], tick["end_utc_ns"]
     );
     let sum = |sql: String| -> f64 {
-        let out = hindsight_json(&["sql", rec_dir.to_str().unwrap(), "-f", "json", &sql]);
+        let out = hindsight_stdout(&["sql", rec_dir.to_str().unwrap(), "-f", "json", &sql]);
         let row: Value = serde_json::from_str(out.trim()).unwrap();
         row["ns"].as_f64().unwrap_or(0.0)
     };
