@@ -1,8 +1,9 @@
 //! The writer thread: it owns every table's sink and does the expensive
 //! part (journaling, sorting, Parquet encoding, zstd, fsync), so the thread
 //! draining the ring buffers never waits on it. Under a context-switch
-//! storm an 8 MiB ring holds ~150 ms of events; encoding a batch inline
-//! stalled the drain longer than that and the kernel dropped events.
+//! storm the ring (4 MiB by default) holds ~75 ms of events; encoding a
+//! batch inline stalled the drain longer than that and the kernel dropped
+//! events.
 //!
 //! The channel between the two is bounded ([`QUEUE`] batches): when the
 //! disk or the encoder cannot keep up, the drain blocks, the ring fills and
