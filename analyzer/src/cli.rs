@@ -24,6 +24,7 @@ hindsight info rec/\n  \
 hindsight sql rec/ 'SELECT count(*) FROM sched_switch'\n  \
 hindsight report atop rec/ --interval 10s\n  \
 hindsight slice rec/ --from -15m -o ticket/\n  \
+hindsight report html ticket/ -o ticket.html\n  \
 hindsight export perfetto rec/ -o trace.pftrace"
 )]
 pub struct Cli {
@@ -66,7 +67,7 @@ pub struct RecordArgs {
     pub args: Vec<std::ffi::OsString>,
 }
 
-/// Interval reports (atop, timeline, runqlat, faults, numa, cachetop), each SQL under the hood.
+/// Interval reports (atop, timeline, runqlat, faults, numa, cachetop) and a page for a ticket (html).
 #[derive(Debug, Subcommand)]
 #[command(
     long_about = "Interval reports, each one SQL query over the recording; --show-sql prints \
