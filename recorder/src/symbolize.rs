@@ -14,7 +14,7 @@ use std::{
     path::Path,
     sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender},
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use blazesym::symbolize::{
@@ -27,16 +27,19 @@ use crate::stacks::FrameRow;
 /// Frames waiting to be named; beyond this they are written unnamed.
 const QUEUE: usize = 16 * 1024;
 
-/// `/proc/kallsyms` as sorted (address, name) pairs; modules' symbols carry
-/// their module as `name [module]`.
+/// `/proc/kallsyms`'s code symbols, sorted by address; modules' symbols
+/// carry their module as `name [module]`. The names live in one buffer
+/// (tens of thousands of small strings would cost twice the memory).
 #[derive(Debug, Default)]
 pub struct Kallsyms {
-    symbols: Vec<(u64, String)>,
+    /// (address, end of its name in `names`), sorted by address.
+    symbols: Vec<(u64, u32)>,
+    names: String,
 }
 
 impl Kallsyms {
     pub fn parse(text: &str) -> Self {
-        let mut symbols: Vec<(u64, String)> = text
+        let mut entries: Vec<(u64, &str, Option<&str>)> = text
             .lines()
             .filter_map(|line| {
                 let mut fields = line.split_whitespace();
@@ -47,23 +50,37 @@ impl Kallsyms {
                 if !matches!(kind, "t" | "T" | "w" | "W") || address == 0 {
                     return None;
                 }
-                Some(match fields.next() {
-                    Some(module) => (address, format!("{name} {module}")),
-                    None => (address, name.to_string()),
-                })
+                Some((address, name, fields.next()))
             })
             .collect();
-        symbols.sort_by_key(|s| s.0);
-        Kallsyms { symbols }
+        entries.sort_by_key(|e| e.0);
+        let mut names = String::new();
+        let symbols = entries
+            .into_iter()
+            .map(|(address, name, module)| {
+                names.push_str(name);
+                if let Some(module) = module {
+                    names.push(' ');
+                    names.push_str(module);
+                }
+                (address, names.len() as u32)
+            })
+            .collect();
+        names.shrink_to_fit();
+        Kallsyms { symbols, names }
     }
 
     /// The function holding `address` and its module (`[kernel]` or `[ext4]`).
     pub fn lookup(&self, address: u64) -> Option<(&str, &str)> {
         let i = self.symbols.partition_point(|s| s.0 <= address);
-        let name = &self.symbols[..i].last()?.1;
+        let end = self.symbols[..i].last()?.1 as usize;
+        let start = i
+            .checked_sub(2)
+            .map_or(0, |before| self.symbols[before].1 as usize);
+        let name = &self.names[start..end];
         Some(match name.split_once(' ') {
             Some((function, module)) => (function, module),
-            None => (name.as_str(), "[kernel]"),
+            None => (name, "[kernel]"),
         })
     }
 }
@@ -141,12 +158,23 @@ impl SymbolizerThread {
 /// dozens more) that grew the recorder's memory without bound, so past this
 /// many the symbolizer starts afresh. Each frame is named once per recording
 /// anyway, so the cost is re-reading a module that comes back.
-const MAX_OPEN_MODULES: usize = 16;
+const MAX_OPEN_MODULES: usize = 8;
 
-/// With no frame to name for this long, the symbolizer lets go of every
-/// module it holds (their mappings count in the recorder's RSS, libLLVM's
-/// alone 7 MiB): new frames come in bursts, when new code is sampled.
-const IDLE_RELEASE: Duration = Duration::from_secs(10);
+/// With no user frame to name for this long, the symbolizer lets go of
+/// every module it holds: their mappings and parsed debug info count in
+/// the recorder's RSS (libLLVM's mapping alone 7 MiB, a debug build's line
+/// tables tens of MiB). New user frames come in bursts, when new code is
+/// sampled; kernel frames, named from kallsyms, do not keep modules open.
+const IDLE_RELEASE: Duration = Duration::from_secs(1);
+
+/// A fresh symbolizer, and the memory the old one held handed back to the
+/// system (glibc keeps freed heap otherwise).
+fn release(symbolizer: &mut Symbolizer, open_modules: &mut std::collections::HashSet<String>) {
+    *symbolizer = new_symbolizer();
+    open_modules.clear();
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe { libc::malloc_trim(0) };
+}
 
 fn new_symbolizer() -> Symbolizer {
     Symbolizer::builder()
@@ -158,19 +186,21 @@ fn new_symbolizer() -> Symbolizer {
 
 fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
     let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
+    // The 5 MiB text just read is free now: hand it back.
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe { libc::malloc_trim(0) };
     let mut symbolizer = new_symbolizer();
     let mut open_modules: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
+    let mut last_user_frame = Instant::now();
     loop {
-        let mut row = match queue.recv_timeout(IDLE_RELEASE) {
+        let received = queue.recv_timeout(Duration::from_secs(1));
+        if !open_modules.is_empty() && last_user_frame.elapsed() >= IDLE_RELEASE {
+            release(&mut symbolizer, &mut open_modules);
+        }
+        let mut row = match received {
             Ok(row) => row,
-            Err(RecvTimeoutError::Timeout) => {
-                if !open_modules.is_empty() {
-                    symbolizer = new_symbolizer();
-                    open_modules.clear();
-                }
-                continue;
-            }
+            Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return,
         };
         if row.kernel {
@@ -181,10 +211,10 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
                 row.module = Some("[kernel]".into());
             }
         } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
+            last_user_frame = Instant::now();
             if !open_modules.contains(&path) {
                 if open_modules.len() >= MAX_OPEN_MODULES {
-                    symbolizer = new_symbolizer();
-                    open_modules.clear();
+                    release(&mut symbolizer, &mut open_modules);
                 }
                 open_modules.insert(path.clone());
             }
