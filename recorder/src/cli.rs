@@ -44,9 +44,10 @@ dist/hindsight-record.service runs it as a service):
 Memory is bounded whatever the event rate: rows are buffered in batches of
 16K per table and row groups of 32K, and when the disk or encoder falls
 behind, the kernel drops events and counts them per CPU in the loss table.
-The RSS stays under 64 MiB at the defaults: 58 MiB at the peak of a
-context-switch storm (BENCHMARKS.md). A larger --ring-size costs twice its
-size (the ring is mapped twice over).
+Measured at the defaults (BENCHMARKS.md): 58 MiB RSS at the peak of a
+context-switch storm; 54 MiB median and 65 MiB at the peak of a 30-minute
+mixed workload whose binaries the CPU sampler had to name. Bound: 72 MiB.
+A larger --ring-size costs twice its size (the ring is mapped twice over).
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
