@@ -10,7 +10,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hindsight_stdout, load, quiet, run, shared, utc_now_ns, Recorder, Scratch,
+    bin, hindsight_stdout, load, quiet, run, shared, sql_count, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -56,8 +56,9 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
          WHERE prev_pid = {burn_pid} AND came_in <> prev_tid"
     ));
     let own_s = burn["cpu_seconds"].as_f64().unwrap();
-    let lost_switches = sum_s(
-        "SELECT CAST(coalesce(sum(lost), 0) AS DOUBLE) AS ns FROM loss WHERE source LIKE '%sched_switch'",
+    let lost_switches = sql_count(
+        &rec_dir,
+        "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source LIKE '%sched_switch'",
     );
     // A VM's steal and interrupt time is wall time inside a slice but not
     // the thread's CPU time: hence the tolerance.
@@ -66,7 +67,7 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         on_cpu_s <= own_s + tolerance,
         "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s"
     );
-    if lost_switches == 0.0 {
+    if lost_switches == 0 {
         assert!(
             on_cpu_s + unseen_s >= own_s - tolerance,
             "cpu_time says {on_cpu_s} s (+ at most {unseen_s} s the kernel did not report), \
