@@ -29,6 +29,7 @@ pub mod cli;
 pub mod clock;
 pub mod counters;
 pub mod decode;
+pub mod elf;
 #[cfg(test)]
 mod kernel_tests;
 pub mod procfs;

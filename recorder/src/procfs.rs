@@ -218,6 +218,14 @@ pub fn page_size() -> u32 {
     u32::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
+/// This process's resident memory in bytes (`/proc/self/statm`, the same
+/// figure as VmRSS), or None where it cannot be read.
+pub fn self_resident_bytes() -> Option<u64> {
+    let statm = fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * u64::from(page_size()))
+}
+
 /// NUL-separated argv as one line, arguments separated by spaces; `None`
 /// when empty (kernel threads). `truncated` appends `...`.
 pub fn join_argv(raw: &[u8], truncated: bool) -> Option<String> {

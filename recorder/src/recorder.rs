@@ -427,14 +427,7 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     let micros = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
-    let rss_kb = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<i64>().ok())
-        })
-        .map_or(0, |pages| pages * page_size() as i64 / 1024);
+    let rss_kb = crate::procfs::self_resident_bytes().map_or(0, |bytes| (bytes / 1024) as i64);
     let values = [
         ("utime_us", micros(usage.ru_utime)),
         ("stime_us", micros(usage.ru_stime)),

@@ -10,9 +10,9 @@
 //! full the ring thread writes the frame without a name instead of waiting.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::Path,
-    sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender},
+    sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -22,7 +22,7 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
 };
 
-use crate::stacks::FrameRow;
+use crate::{elf::module_dwarf_bytes, procfs::self_resident_bytes, stacks::FrameRow};
 
 /// Frames waiting to be named; beyond this they are written unnamed.
 const QUEUE: usize = 16 * 1024;
@@ -97,8 +97,18 @@ pub fn perf_map_lookup(text: &str, address: u64) -> Option<&str> {
 }
 
 /// Fills in what blazesym knows about `offset` in the ELF file `path`.
-fn name_user_frame(symbolizer: &Symbolizer, path: &str, offset: u64, row: &mut FrameRow) {
-    let source = Source::Elf(Elf::new(path));
+/// `dwarf`: whether to read its DWARF (file, line and inlined functions)
+/// or only its symbol table (function names).
+fn name_user_frame(
+    symbolizer: &Symbolizer,
+    path: &str,
+    offset: u64,
+    dwarf: bool,
+    row: &mut FrameRow,
+) {
+    let mut elf = Elf::new(path);
+    elf.debug_syms = dwarf;
+    let source = Source::Elf(elf);
     let Ok(found) = symbolizer.symbolize_single(&source, Input::FileOffset(offset)) else {
         return;
     };
@@ -167,13 +177,106 @@ const MAX_OPEN_MODULES: usize = 8;
 /// sampled; kernel frames, named from kallsyms, do not keep modules open.
 const IDLE_RELEASE: Duration = Duration::from_secs(1);
 
-/// A fresh symbolizer, and the memory the old one held handed back to the
-/// system (glibc keeps freed heap otherwise).
-fn release(symbolizer: &mut Symbolizer, open_modules: &mut std::collections::HashSet<String>) {
-    *symbolizer = new_symbolizer();
-    open_modules.clear();
-    // SAFETY: malloc_trim only returns free memory to the system.
-    unsafe { libc::malloc_trim(0) };
+/// How much the recorder's resident memory may grow while the symbolizer
+/// holds modules before it lets go of them, at the end of the burst of
+/// frames it is naming (or before it opens another module). On a build
+/// machine new code is sampled all the time, so the idle release never
+/// comes: libLLVM, librustc_driver and the recorder's own line tables
+/// together held 45 MiB. This is the part of the recorder's memory bound
+/// that is the symbolizer's.
+const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
+
+/// Modules with more DWARF than this (their own or their separate debug
+/// file's) are named from their symbol table alone: function names, no
+/// file, line or inlined functions. Naming one frame from DWARF maps and
+/// parses most of it, so a large one is a spike the budget above cannot
+/// prevent (the recorder's own release binary carries 89 MiB and touched
+/// 72 MiB). Debug builds of ordinary programs carry a few MiB, libc's
+/// debug file 4 MiB.
+const MAX_MODULE_DWARF: u64 = 16 << 20;
+
+/// Modules whose DWARF size is remembered; past this the memory starts
+/// afresh (a host that keeps making new binaries).
+const MAX_REMEMBERED_MODULES: usize = 4096;
+
+/// `/tmp/perf-<pid>.map` texts kept for naming JIT frames: at most this
+/// many processes' and this many bytes in all (past either, they are read
+/// again as needed).
+const MAX_PERF_MAPS: usize = 64;
+const MAX_PERF_MAP_BYTES: usize = 8 << 20;
+
+/// blazesym and the modules it holds, let go of when idle or over budget.
+struct Modules {
+    symbolizer: Symbolizer,
+    open: HashSet<String>,
+    /// Per module path: whether its DWARF is small enough to read.
+    reads_dwarf: HashMap<String, bool>,
+    last_user_frame: Instant,
+    /// The recorder's resident bytes just after the last release.
+    resident_at_release: u64,
+    /// [`MODULE_MEMORY_BUDGET`], and how resident memory is read
+    /// ([`self_resident_bytes`]); tests set both.
+    budget: u64,
+    resident: fn() -> Option<u64>,
+}
+
+impl Modules {
+    fn new(budget: u64, resident: fn() -> Option<u64>) -> Self {
+        Modules {
+            budget,
+            resident,
+            symbolizer: new_symbolizer(),
+            open: HashSet::new(),
+            reads_dwarf: HashMap::new(),
+            last_user_frame: Instant::now(),
+            resident_at_release: resident().unwrap_or(0),
+        }
+    }
+
+    /// Names the frame at `offset` in the ELF file `path`.
+    fn name(&mut self, path: &str, offset: u64, row: &mut FrameRow) {
+        if !self.open.contains(path) {
+            if self.open.len() >= MAX_OPEN_MODULES || self.over_budget() {
+                self.release();
+            }
+            self.open.insert(path.to_string());
+        }
+        if self.reads_dwarf.len() >= MAX_REMEMBERED_MODULES {
+            self.reads_dwarf.clear();
+        }
+        let dwarf = *self.reads_dwarf.entry(path.to_string()).or_insert_with(|| {
+            module_dwarf_bytes(Path::new(path)).is_some_and(|bytes| bytes <= MAX_MODULE_DWARF)
+        });
+        name_user_frame(&self.symbolizer, path, offset, dwarf, row);
+        // Idle time counts from the end of the work: parsing a large module
+        // can itself take longer than IDLE_RELEASE.
+        self.last_user_frame = Instant::now();
+    }
+
+    fn over_budget(&self) -> bool {
+        (self.resident)()
+            .is_some_and(|now| now.saturating_sub(self.resident_at_release) > self.budget)
+    }
+
+    /// Lets go of every module when nothing is waiting to be named and the
+    /// modules have been idle too long or hold too much.
+    fn release_between_bursts(&mut self) {
+        if !self.open.is_empty()
+            && (self.last_user_frame.elapsed() >= IDLE_RELEASE || self.over_budget())
+        {
+            self.release();
+        }
+    }
+
+    /// A fresh symbolizer, and the memory the old one held handed back to
+    /// the system (glibc keeps freed heap otherwise).
+    fn release(&mut self) {
+        self.symbolizer = new_symbolizer();
+        self.open.clear();
+        // SAFETY: malloc_trim only returns free memory to the system.
+        unsafe { libc::malloc_trim(0) };
+        self.resident_at_release = (self.resident)().unwrap_or(0);
+    }
 }
 
 fn new_symbolizer() -> Symbolizer {
@@ -189,15 +292,17 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
     // The 5 MiB text just read is free now: hand it back.
     // SAFETY: malloc_trim only returns free memory to the system.
     unsafe { libc::malloc_trim(0) };
-    let mut symbolizer = new_symbolizer();
-    let mut open_modules: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
-    let mut last_user_frame = Instant::now();
     loop {
-        let received = queue.recv_timeout(Duration::from_secs(1));
-        if !open_modules.is_empty() && last_user_frame.elapsed() >= IDLE_RELEASE {
-            release(&mut symbolizer, &mut open_modules);
-        }
+        let received = match queue.try_recv() {
+            Ok(row) => Ok(row),
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => {
+                modules.release_between_bursts();
+                queue.recv_timeout(Duration::from_secs(1))
+            }
+        };
         let mut row = match received {
             Ok(row) => row,
             Err(RecvTimeoutError::Timeout) => continue,
@@ -211,17 +316,14 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
                 row.module = Some("[kernel]".into());
             }
         } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
-            last_user_frame = Instant::now();
-            if !open_modules.contains(&path) {
-                if open_modules.len() >= MAX_OPEN_MODULES {
-                    release(&mut symbolizer, &mut open_modules);
-                }
-                open_modules.insert(path.clone());
-            }
-            name_user_frame(&symbolizer, &path, offset, &mut row);
+            modules.name(&path, offset, &mut row);
         } else if row.module.is_none() {
-            if perf_maps.len() > 1024 {
-                perf_maps.clear();
+            // A JIT's map can run to megabytes: keep a few, not hundreds.
+            if !perf_maps.contains_key(&row.pid) {
+                let held: usize = perf_maps.values().flatten().map(String::len).sum();
+                if perf_maps.len() >= MAX_PERF_MAPS || held > MAX_PERF_MAP_BYTES {
+                    perf_maps.clear();
+                }
             }
             let map = perf_maps.entry(row.pid).or_insert_with(|| {
                 std::fs::read_to_string(format!("/tmp/perf-{}.map", row.pid)).ok()
@@ -267,25 +369,68 @@ mod tests {
         assert_eq!(perf_map_lookup(map, 0x7f00002004), Some("bar"));
     }
 
+    /// A frame of this test binary's own code at `address`, as the ring
+    /// thread would hand it over: module path and file offset.
+    fn own_frame(address: u64) -> FrameRow {
+        let maps = crate::stacks::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let m = crate::stacks::find_mapping(&maps, address).unwrap();
+        FrameRow {
+            module: m.path.clone(),
+            file_offset: Some(address - m.start + m.offset),
+            ..FrameRow::unnamed(1, false, address, std::process::id())
+        }
+    }
+
     #[test]
     fn the_recorder_names_its_own_code() {
         // An independent truth: this test binary's own function, found
         // through our maps and file offset, is named by the thread.
         let thread = SymbolizerThread::start(Path::new("/proc")).unwrap();
         let address = the_recorder_names_its_own_code as *const () as u64;
-        let maps = crate::stacks::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        let m = crate::stacks::find_mapping(&maps, address).unwrap();
-        let row = FrameRow {
-            module: m.path.clone(),
-            file_offset: Some(address - m.start + m.offset),
-            ..FrameRow::unnamed(1, false, address, std::process::id())
-        };
-        thread.requests.send(row).unwrap();
+        thread.requests.send(own_frame(address)).unwrap();
         let named = thread.join().recv().unwrap();
         let function = named.function.unwrap_or_default();
         assert!(
             function.contains("the_recorder_names_its_own_code"),
             "{function}"
         );
+    }
+
+    /// A stand-in for the process's resident memory: other tests in this
+    /// process allocate and free at the same time.
+    static FAKE_RESIDENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn fake_resident() -> Option<u64> {
+        Some(FAKE_RESIDENT.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    #[test]
+    fn modules_are_let_go_when_idle_or_over_budget() {
+        let address = modules_are_let_go_when_idle_or_over_budget as *const () as u64;
+        let mut row = own_frame(address);
+        let path = row.module.clone().unwrap();
+        let offset = row.file_offset.unwrap();
+        let grow = |bytes| FAKE_RESIDENT.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+
+        let mut modules = Modules::new(MODULE_MEMORY_BUDGET, fake_resident);
+        modules.name(&path, offset, &mut row);
+        assert!(row.function.is_some());
+        // Within budget and just used: kept open for the next burst.
+        grow(MODULE_MEMORY_BUDGET);
+        modules.release_between_bursts();
+        assert_eq!(modules.open.len(), 1);
+        // Over budget: let go at the end of the burst...
+        grow(1);
+        modules.release_between_bursts();
+        assert!(modules.open.is_empty());
+        // ...and the budget counts again from there.
+        modules.name(&path, offset, &mut own_frame(address));
+        grow(MODULE_MEMORY_BUDGET);
+        modules.release_between_bursts();
+        assert_eq!(modules.open.len(), 1);
+        // Idle for longer than IDLE_RELEASE: let go, whatever it holds.
+        modules.last_user_frame -= IDLE_RELEASE;
+        modules.release_between_bursts();
+        assert!(modules.open.is_empty());
     }
 }

@@ -1,0 +1,251 @@
+//! Just enough ELF to know how much DWARF a module carries before blazesym
+//! maps and parses it: the section headers, the build id and the debug link.
+//!
+//! Naming a frame from DWARF maps and touches most of the debug sections
+//! (the recorder's own release binary: 72 of its 89 MiB), all of it
+//! counted in the recorder's RSS. The symbolizer uses this to name frames
+//! of modules with more DWARF than it can afford from their symbol table
+//! alone. Only 64-bit little-endian files are read (what x86-64 and arm64
+//! run); anything else reads as carrying no debug info.
+
+use std::{
+    fs::File,
+    io,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+};
+
+/// `SHF_COMPRESSED`: the section starts with an `Elf64_Chdr` that gives
+/// its size once inflated (what blazesym holds in memory).
+const SHF_COMPRESSED: u64 = 0x800;
+
+/// Where distributions install separate debug files (blazesym's defaults).
+const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
+/// What a module says about its debug info.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DebugSections {
+    /// Bytes of `.debug_*` and `.zdebug_*` sections, inflated.
+    pub dwarf_bytes: u64,
+    pub build_id: Option<Vec<u8>>,
+    /// The file name `.gnu_debuglink` names.
+    pub debug_link: Option<String>,
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn read_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    // Section headers and the small sections read here are far below this;
+    // a larger figure is a corrupt header, not a reason to allocate it.
+    if len > 16 << 20 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "ELF header field out of range",
+        ));
+    }
+    let mut buf = vec![0; len as usize];
+    file.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
+}
+
+/// Reads the section headers of the ELF file at `path`.
+pub fn debug_sections(path: &Path) -> io::Result<DebugSections> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() < 64 {
+        return Ok(DebugSections::default());
+    }
+    let header = read_at(&file, 0, 64)?;
+    let (elf64, little_endian) = (header[4] == 2, header[5] == 1);
+    if &header[..4] != b"\x7fELF" || !elf64 || !little_endian {
+        return Ok(DebugSections::default());
+    }
+    let table_offset = u64_at(&header, 0x28);
+    let entry_size = u64::from(u16_at(&header, 0x3a));
+    let mut count = u64::from(u16_at(&header, 0x3c));
+    let mut names_index = u64::from(u16_at(&header, 0x3e));
+    if table_offset == 0 || entry_size < 64 {
+        return Ok(DebugSections::default());
+    }
+    // Extended numbering: the real figures live in section 0.
+    let first = read_at(&file, table_offset, 64)?;
+    if count == 0 {
+        count = u64_at(&first, 32);
+    }
+    if names_index == 0xffff {
+        names_index = u64::from(u32_at(&first, 40));
+    }
+    let table = read_at(&file, table_offset, count.saturating_mul(entry_size))?;
+    let section = |i: u64| &table[(i * entry_size) as usize..(i * entry_size + 64) as usize];
+    if names_index >= count {
+        return Ok(DebugSections::default());
+    }
+    let names_header = section(names_index);
+    let names = read_at(&file, u64_at(names_header, 24), u64_at(names_header, 32))?;
+    let name_of = |header: &[u8]| {
+        let start = (u32_at(header, 0) as usize).min(names.len());
+        let end = names[start..]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(names.len(), |n| start + n);
+        &names[start..end]
+    };
+
+    let mut found = DebugSections::default();
+    for i in 0..count {
+        let header = section(i);
+        let (flags, offset, size) = (u64_at(header, 8), u64_at(header, 24), u64_at(header, 32));
+        let name = name_of(header);
+        if name.starts_with(b".debug_") || name.starts_with(b".zdebug_") {
+            let inflated = if flags & SHF_COMPRESSED != 0 && size >= 24 {
+                u64_at(&read_at(&file, offset, 24)?, 8)
+            } else {
+                size
+            };
+            found.dwarf_bytes = found.dwarf_bytes.saturating_add(inflated);
+        } else if name == b".note.gnu.build-id" {
+            found.build_id = note_descriptor(&read_at(&file, offset, size)?);
+        } else if name == b".gnu_debuglink" {
+            let data = read_at(&file, offset, size)?;
+            let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+            found.debug_link = std::str::from_utf8(&data[..end])
+                .ok()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string);
+        }
+    }
+    Ok(found)
+}
+
+/// The descriptor of the first note in a note section.
+fn note_descriptor(note: &[u8]) -> Option<Vec<u8>> {
+    if note.len() < 12 {
+        return None;
+    }
+    let (name_size, descriptor_size) = (u32_at(note, 0) as usize, u32_at(note, 4) as usize);
+    let start = 12 + name_size.div_ceil(4) * 4;
+    note.get(start..start.checked_add(descriptor_size)?)
+        .map(<[u8]>::to_vec)
+}
+
+/// The separate debug files blazesym would consult for `module`, in its
+/// order: by build id under the debug directories, then by debug link in
+/// the debug directories, beside the module, and under the debug
+/// directories by the module's own directory.
+fn separate_debug_candidates(module: &Path, sections: &DebugSections) -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(id) = sections.build_id.as_deref().filter(|id| id.len() >= 8) {
+        let hex: String = id[1..].iter().map(|b| format!("{b:02x}")).collect();
+        for dir in DEBUG_DIRS {
+            candidates.push(Path::new(dir).join(format!(".build-id/{:02x}/{hex}.debug", id[0])));
+        }
+    }
+    if let Some(link) = &sections.debug_link {
+        for dir in DEBUG_DIRS {
+            candidates.push(Path::new(dir).join(link));
+        }
+        if let Some(module_dir) = module.parent() {
+            candidates.push(module_dir.join(link));
+            let relative = module_dir.strip_prefix("/").unwrap_or(module_dir);
+            for dir in DEBUG_DIRS {
+                candidates.push(Path::new(dir).join(relative).join(link));
+            }
+        }
+    }
+    candidates
+}
+
+/// Bytes of DWARF that naming a frame of `module` could read: its own, or
+/// its separate debug file's when it has none. None when the module cannot
+/// be read.
+pub fn module_dwarf_bytes(module: &Path) -> Option<u64> {
+    let sections = debug_sections(module).ok()?;
+    if sections.dwarf_bytes > 0 {
+        return Some(sections.dwarf_bytes);
+    }
+    let separate = separate_debug_candidates(module, &sections)
+        .into_iter()
+        .find(|candidate| candidate.is_file())
+        .and_then(|candidate| debug_sections(&candidate).ok())
+        .map_or(0, |debug| debug.dwarf_bytes);
+    Some(separate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Section name and size as `readelf -SW` prints them, an independent
+    /// reader of the same file.
+    fn readelf_dwarf_bytes(path: &Path) -> Option<u64> {
+        let out = std::process::Command::new("readelf")
+            .args(["-SW", "--"])
+            .arg(path)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let mut total = 0;
+        for line in text.lines() {
+            let Some(rest) = line.trim_start().strip_prefix('[') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_once(']')?.1.split_whitespace().collect();
+            if fields.len() > 4 && fields[0].starts_with(".debug_") {
+                total += u64::from_str_radix(fields[4], 16).ok()?;
+            }
+        }
+        Some(total)
+    }
+
+    #[test]
+    fn dwarf_of_this_test_binary_matches_readelf() {
+        let exe = std::env::current_exe().unwrap();
+        let ours = debug_sections(&exe).unwrap();
+        assert!(ours.dwarf_bytes > 0, "a test build carries DWARF");
+        let theirs = readelf_dwarf_bytes(&exe).expect("readelf (binutils, beside the linker)");
+        assert_eq!(ours.dwarf_bytes, theirs);
+        assert!(ours.build_id.as_ref().is_some_and(|id| id.len() >= 8));
+    }
+
+    #[test]
+    fn not_elf_reads_as_no_debug_info() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("script.sh");
+        std::fs::write(
+            &text,
+            "#!/bin/sh\necho this is not an ELF file, but it is long enough\n",
+        )
+        .unwrap();
+        assert_eq!(debug_sections(&text).unwrap(), DebugSections::default());
+        std::fs::write(&text, "#!/bin/sh\n").unwrap();
+        assert_eq!(debug_sections(&text).unwrap(), DebugSections::default());
+        assert!(debug_sections(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn separate_debug_files_are_looked_up_by_build_id_then_link() {
+        let sections = DebugSections {
+            dwarf_bytes: 0,
+            build_id: Some(vec![0x93, 0xac, 0x61, 0xec, 0x5a, 0x8e, 0xb1, 0x39]),
+            debug_link: Some("libc.so.6.debug".into()),
+        };
+        let candidates =
+            separate_debug_candidates(Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"), &sections);
+        assert_eq!(
+            candidates[0],
+            Path::new("/usr/lib/debug/.build-id/93/ac61ec5a8eb139.debug")
+        );
+        assert!(candidates.contains(&PathBuf::from(
+            "/usr/lib/debug/usr/lib/x86_64-linux-gnu/libc.so.6.debug"
+        )));
+    }
+}
