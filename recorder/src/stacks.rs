@@ -25,10 +25,16 @@ use std::{
 use crate::rows::{FrameRows, StackRows};
 
 /// Stacks and frames remembered as written; past this, the sets are
-/// cleared and a few rows are written twice (readers deduplicate).
-const MAX_REMEMBERED: usize = 1 << 20;
-/// Processes whose memory maps are kept; past this the cache starts over.
-const MAX_PROCESSES: usize = 4096;
+/// cleared and the rows seen again are written twice (readers
+/// deduplicate). A set this full takes about 1.2 MiB; a million entries
+/// (a day of new stacks on a busy host) took 19 MiB each, a third of the
+/// recorder's memory bound.
+const MAX_REMEMBERED: usize = 1 << 16;
+/// Processes whose executable mappings are kept (a few KiB each); past
+/// this the cache starts over.
+const MAX_PROCESSES: usize = 1024;
+/// Module paths whose build id is kept.
+const MAX_BUILD_IDS: usize = 4096;
 /// A process's maps are re-read at most this often when an address misses them.
 const MAPS_REREAD: Duration = Duration::from_millis(200);
 
@@ -333,7 +339,7 @@ impl StackInterner {
             .ok()
             .flatten()
             .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
-        if self.build_ids.len() >= MAX_PROCESSES {
+        if self.build_ids.len() >= MAX_BUILD_IDS {
             self.build_ids.clear();
         }
         self.build_ids.insert(path.to_string(), id.clone());
