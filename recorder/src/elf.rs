@@ -2,7 +2,7 @@
 //! maps and parses it: the section headers, the build id and the debug link.
 //!
 //! Naming a frame from DWARF maps and touches most of the debug sections
-//! (the recorder's own release binary: 72 of its 89 MiB), all of it
+//! (a second hindsight-record's release binary, sampled: 72 of its 89 MiB), all of it
 //! counted in the recorder's RSS. The symbolizer uses this to name frames
 //! of modules with more DWARF than it can afford from their symbol table
 //! alone. Only 64-bit little-endian files are read (what x86-64 and arm64

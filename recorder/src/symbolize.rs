@@ -181,17 +181,17 @@ const IDLE_RELEASE: Duration = Duration::from_secs(1);
 /// holds modules before it lets go of them, at the end of the burst of
 /// frames it is naming (or before it opens another module). On a build
 /// machine new code is sampled all the time, so the idle release never
-/// comes: libLLVM, librustc_driver and the recorder's own line tables
-/// together held 45 MiB. This is the part of the recorder's memory bound
-/// that is the symbolizer's.
+/// comes: libLLVM, librustc_driver and libpython together held 26 MiB
+/// during a build. This is the symbolizer's part of the recorder's memory
+/// bound.
 const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
 
 /// Modules with more DWARF than this (their own or their separate debug
 /// file's) are named from their symbol table alone: function names, no
 /// file, line or inlined functions. Naming one frame from DWARF maps and
 /// parses most of it, so a large one is a spike the budget above cannot
-/// prevent (the recorder's own release binary carries 89 MiB and touched
-/// 72 MiB). Debug builds of ordinary programs carry a few MiB, libc's
+/// prevent (a release hindsight-record, sampled while a second recorder
+/// ran beside it, carries 89 MiB and touched 72 MiB). Debug builds of ordinary programs carry a few MiB, libc's
 /// debug file 4 MiB.
 const MAX_MODULE_DWARF: u64 = 16 << 20;
 
