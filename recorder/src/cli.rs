@@ -41,12 +41,14 @@ Leave it running (oldest files deleted first to stay under 2 GiB and 7 days;
 dist/hindsight-record.service runs it as a service):
   hindsight-record -o /var/lib/hindsight/rec --max-size 2G --max-age 7d
 
-Memory is bounded whatever the event rate: rows are buffered in batches of
-16K per table and row groups of 32K, and when the disk or encoder falls
-behind, the kernel drops events and counts them per CPU in the loss table.
-Measured at the defaults (BENCHMARKS.md): 58 MiB RSS at the peak of a
-context-switch storm; 54 MiB median and 65 MiB at the peak of a 30-minute
-mixed workload whose binaries the CPU sampler had to name. Bound: 72 MiB.
+Memory is bounded whatever the event rate: rows are buffered in batches of 16K
+per table and row groups of 32K; the symbolizer lets go of the binaries it
+names once they hold 12 MiB, and names a binary with over 16 MiB of DWARF from
+its symbol table alone; when the disk or encoder falls behind, the kernel
+drops events and counts them per CPU in the loss table. Measured at the
+defaults (BENCHMARKS.md): 57 MiB RSS at the peak of a context-switch storm;
+53 MiB median and 60 MiB at the peak of a 30-minute mixed workload whose
+binaries the CPU sampler had to name. Bound: 64 MiB.
 A larger --ring-size costs twice its size (the ring is mapped twice over).
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
