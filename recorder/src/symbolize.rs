@@ -11,7 +11,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    path::Path,
+    path::{Path, PathBuf},
     sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -205,6 +205,61 @@ const MAX_REMEMBERED_MODULES: usize = 4096;
 const MAX_PERF_MAPS: usize = 64;
 const MAX_PERF_MAP_BYTES: usize = 8 << 20;
 
+/// A JIT appends to its perf map as it compiles: an address the map read
+/// earlier does not hold sends us back to the file, at most this often.
+const PERF_MAP_REREAD: Duration = Duration::from_secs(1);
+
+/// The perf maps JIT runtimes write (`<dir>/perf-<pid>.map`), cached.
+struct PerfMaps {
+    dir: PathBuf,
+    /// Per pid: the text (None: no map) and when it was read.
+    maps: HashMap<u32, (Option<String>, Instant)>,
+}
+
+impl PerfMaps {
+    fn new(dir: &Path) -> Self {
+        PerfMaps {
+            dir: dir.to_path_buf(),
+            maps: HashMap::new(),
+        }
+    }
+
+    fn read(&self, pid: u32) -> (Option<String>, Instant) {
+        let text = std::fs::read_to_string(self.dir.join(format!("perf-{pid}.map"))).ok();
+        (text, Instant::now())
+    }
+
+    /// The name the map of `pid` gives `address`.
+    fn lookup(&mut self, pid: u32, address: u64) -> Option<String> {
+        let name_in =
+            |text: &Option<String>| perf_map_lookup(text.as_deref()?, address).map(str::to_string);
+        match self.maps.get(&pid) {
+            Some((text, read_at)) => {
+                let found = name_in(text);
+                if found.is_some() || read_at.elapsed() < PERF_MAP_REREAD {
+                    return found;
+                }
+            }
+            None => {
+                // A JIT's map can run to megabytes: keep a few, not hundreds.
+                let held: usize = self
+                    .maps
+                    .values()
+                    .filter_map(|(t, _)| t.as_ref())
+                    .map(String::len)
+                    .sum();
+                if self.maps.len() >= MAX_PERF_MAPS || held > MAX_PERF_MAP_BYTES {
+                    self.maps.clear();
+                }
+            }
+        }
+        let (text, read_at) = self.read(pid);
+        let found = name_in(&text);
+        self.maps.insert(pid, (text, read_at));
+        found
+    }
+}
+
 /// blazesym and the modules it holds, let go of when idle or over budget.
 struct Modules {
     symbolizer: Symbolizer,
@@ -293,7 +348,7 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
     // SAFETY: malloc_trim only returns free memory to the system.
     unsafe { libc::malloc_trim(0) };
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
-    let mut perf_maps: HashMap<u32, Option<String>> = HashMap::new();
+    let mut perf_maps = PerfMaps::new(Path::new("/tmp"));
     loop {
         let received = match queue.try_recv() {
             Ok(row) => Ok(row),
@@ -318,19 +373,7 @@ fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path)
         } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
             modules.name(&path, offset, &mut row);
         } else if row.module.is_none() {
-            // A JIT's map can run to megabytes: keep a few, not hundreds.
-            if !perf_maps.contains_key(&row.pid) {
-                let held: usize = perf_maps.values().flatten().map(String::len).sum();
-                if perf_maps.len() >= MAX_PERF_MAPS || held > MAX_PERF_MAP_BYTES {
-                    perf_maps.clear();
-                }
-            }
-            let map = perf_maps.entry(row.pid).or_insert_with(|| {
-                std::fs::read_to_string(format!("/tmp/perf-{}.map", row.pid)).ok()
-            });
-            if let Some(name) = map.as_deref().and_then(|m| perf_map_lookup(m, row.address)) {
-                row.function = Some(name.to_string());
-            }
+            row.function = perf_maps.lookup(row.pid, row.address);
         }
         if named.send(row).is_err() {
             return;
@@ -367,6 +410,22 @@ mod tests {
         );
         assert_eq!(perf_map_lookup(map, 0x7f00001040), None);
         assert_eq!(perf_map_lookup(map, 0x7f00002004), Some("bar"));
+    }
+
+    #[test]
+    fn a_perf_map_that_grows_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf-42.map");
+        std::fs::write(&path, "1000 10 first\n").unwrap();
+        let mut maps = PerfMaps::new(dir.path());
+        assert_eq!(maps.lookup(42, 0x1004).as_deref(), Some("first"));
+        assert_eq!(maps.lookup(43, 0x1004), None, "pid 43 has no map");
+        // The JIT compiles more: until PERF_MAP_REREAD passes, the cached
+        // text answers; then the file is read again.
+        std::fs::write(&path, "1000 10 first\n2000 10 second\n").unwrap();
+        assert_eq!(maps.lookup(42, 0x2004), None);
+        maps.maps.get_mut(&42).unwrap().1 -= PERF_MAP_REREAD;
+        assert_eq!(maps.lookup(42, 0x2004).as_deref(), Some("second"));
     }
 
     /// A frame of this test binary's own code at `address`, as the ring
