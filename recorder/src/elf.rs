@@ -1,5 +1,6 @@
 //! Just enough ELF to know how much DWARF a module carries before blazesym
-//! maps and parses it: the section headers, the build id and the debug link.
+//! maps and parses it: the section headers and the debug link (the build id
+//! comes from blazesym's own reader, as for frames).
 //!
 //! Naming a frame from DWARF maps and touches most of the debug sections
 //! (a second hindsight-record's release binary, sampled: 72 of its 89 MiB), all of it
@@ -27,7 +28,6 @@ const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 pub struct DebugSections {
     /// Bytes of `.debug_*` and `.zdebug_*` sections, inflated.
     pub dwarf_bytes: u64,
-    pub build_id: Option<Vec<u8>>,
     /// The file name `.gnu_debuglink` names.
     pub debug_link: Option<String>,
 }
@@ -112,8 +112,6 @@ pub fn debug_sections(path: &Path) -> io::Result<DebugSections> {
                 size
             };
             found.dwarf_bytes = found.dwarf_bytes.saturating_add(inflated);
-        } else if name == b".note.gnu.build-id" {
-            found.build_id = note_descriptor(&read_at(&file, offset, size)?);
         } else if name == b".gnu_debuglink" {
             let data = read_at(&file, offset, size)?;
             let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
@@ -126,30 +124,23 @@ pub fn debug_sections(path: &Path) -> io::Result<DebugSections> {
     Ok(found)
 }
 
-/// The descriptor of the first note in a note section.
-fn note_descriptor(note: &[u8]) -> Option<Vec<u8>> {
-    if note.len() < 12 {
-        return None;
-    }
-    let (name_size, descriptor_size) = (u32_at(note, 0) as usize, u32_at(note, 4) as usize);
-    let start = 12 + name_size.div_ceil(4) * 4;
-    note.get(start..start.checked_add(descriptor_size)?)
-        .map(<[u8]>::to_vec)
-}
-
 /// The separate debug files blazesym would consult for `module`, in its
 /// order: by build id under the debug directories, then by debug link in
 /// the debug directories, beside the module, and under the debug
 /// directories by the module's own directory.
-fn separate_debug_candidates(module: &Path, sections: &DebugSections) -> Vec<PathBuf> {
+fn separate_debug_candidates(
+    module: &Path,
+    build_id: Option<&[u8]>,
+    debug_link: Option<&str>,
+) -> Vec<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(id) = sections.build_id.as_deref().filter(|id| id.len() >= 8) {
+    if let Some(id) = build_id.filter(|id| id.len() >= 8) {
         let hex: String = id[1..].iter().map(|b| format!("{b:02x}")).collect();
         for dir in DEBUG_DIRS {
             candidates.push(Path::new(dir).join(format!(".build-id/{:02x}/{hex}.debug", id[0])));
         }
     }
-    if let Some(link) = &sections.debug_link {
+    if let Some(link) = debug_link {
         for dir in DEBUG_DIRS {
             candidates.push(Path::new(dir).join(link));
         }
@@ -172,11 +163,13 @@ pub fn module_dwarf_bytes(module: &Path) -> Option<u64> {
     if sections.dwarf_bytes > 0 {
         return Some(sections.dwarf_bytes);
     }
-    let separate = separate_debug_candidates(module, &sections)
-        .into_iter()
-        .find(|candidate| candidate.is_file())
-        .and_then(|candidate| debug_sections(&candidate).ok())
-        .map_or(0, |debug| debug.dwarf_bytes);
+    let build_id = blazesym::helper::read_elf_build_id(module).ok().flatten();
+    let separate =
+        separate_debug_candidates(module, build_id.as_deref(), sections.debug_link.as_deref())
+            .into_iter()
+            .find(|candidate| candidate.is_file())
+            .and_then(|candidate| debug_sections(&candidate).ok())
+            .map_or(0, |debug| debug.dwarf_bytes);
     Some(separate)
 }
 
@@ -213,7 +206,6 @@ mod tests {
         assert!(ours.dwarf_bytes > 0, "a test build carries DWARF");
         let theirs = readelf_dwarf_bytes(&exe).expect("readelf (binutils, beside the linker)");
         assert_eq!(ours.dwarf_bytes, theirs);
-        assert!(ours.build_id.as_ref().is_some_and(|id| id.len() >= 8));
     }
 
     #[test]
@@ -233,13 +225,12 @@ mod tests {
 
     #[test]
     fn separate_debug_files_are_looked_up_by_build_id_then_link() {
-        let sections = DebugSections {
-            dwarf_bytes: 0,
-            build_id: Some(vec![0x93, 0xac, 0x61, 0xec, 0x5a, 0x8e, 0xb1, 0x39]),
-            debug_link: Some("libc.so.6.debug".into()),
-        };
-        let candidates =
-            separate_debug_candidates(Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"), &sections);
+        let build_id = [0x93, 0xac, 0x61, 0xec, 0x5a, 0x8e, 0xb1, 0x39];
+        let candidates = separate_debug_candidates(
+            Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            Some(&build_id),
+            Some("libc.so.6.debug"),
+        );
         assert_eq!(
             candidates[0],
             Path::new("/usr/lib/debug/.build-id/93/ac61ec5a8eb139.debug")

@@ -191,8 +191,8 @@ const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
 /// file, line or inlined functions. Naming one frame from DWARF maps and
 /// parses most of it, so a large one is a spike the budget above cannot
 /// prevent (a release hindsight-record, sampled while a second recorder
-/// ran beside it, carries 89 MiB and touched 72 MiB). Debug builds of ordinary programs carry a few MiB, libc's
-/// debug file 4 MiB.
+/// ran beside it, carries 89 MiB and touched 72 MiB). Debug builds of
+/// ordinary programs carry a few MiB, libc's debug file 10 MiB inflated.
 const MAX_MODULE_DWARF: u64 = 16 << 20;
 
 /// Modules whose DWARF size is remembered; past this the memory starts
@@ -296,12 +296,18 @@ impl Modules {
             }
             self.open.insert(path.to_string());
         }
-        if self.reads_dwarf.len() >= MAX_REMEMBERED_MODULES {
-            self.reads_dwarf.clear();
-        }
-        let dwarf = *self.reads_dwarf.entry(path.to_string()).or_insert_with(|| {
-            module_dwarf_bytes(Path::new(path)).is_some_and(|bytes| bytes <= MAX_MODULE_DWARF)
-        });
+        let dwarf = match self.reads_dwarf.get(path) {
+            Some(&dwarf) => dwarf,
+            None => {
+                if self.reads_dwarf.len() >= MAX_REMEMBERED_MODULES {
+                    self.reads_dwarf.clear();
+                }
+                let dwarf = module_dwarf_bytes(Path::new(path))
+                    .is_some_and(|bytes| bytes <= MAX_MODULE_DWARF);
+                self.reads_dwarf.insert(path.to_string(), dwarf);
+                dwarf
+            }
+        };
         name_user_frame(&self.symbolizer, path, offset, dwarf, row);
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
@@ -323,15 +329,20 @@ impl Modules {
         }
     }
 
-    /// A fresh symbolizer, and the memory the old one held handed back to
-    /// the system (glibc keeps freed heap otherwise).
+    /// A fresh symbolizer, and the memory the old one held handed back.
     fn release(&mut self) {
         self.symbolizer = new_symbolizer();
         self.open.clear();
-        // SAFETY: malloc_trim only returns free memory to the system.
-        unsafe { libc::malloc_trim(0) };
+        return_free_heap();
         self.resident_at_release = (self.resident)().unwrap_or(0);
     }
+}
+
+/// Hands freed heap back to the system: glibc keeps it otherwise, and it
+/// counts in the recorder's RSS.
+fn return_free_heap() {
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe { libc::malloc_trim(0) };
 }
 
 fn new_symbolizer() -> Symbolizer {
@@ -344,9 +355,8 @@ fn new_symbolizer() -> Symbolizer {
 
 fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
     let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
-    // The 5 MiB text just read is free now: hand it back.
-    // SAFETY: malloc_trim only returns free memory to the system.
-    unsafe { libc::malloc_trim(0) };
+    // The 5 MiB text just read is free now.
+    return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     let mut perf_maps = PerfMaps::new(Path::new("/tmp"));
     loop {
