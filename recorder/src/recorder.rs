@@ -163,6 +163,13 @@ impl Collector {
         Ok(())
     }
 
+    /// Flushes every table and has the writer close the chunk's files,
+    /// without waiting for it (see [`Writer::begin_close`]).
+    fn begin_close_chunk(&mut self) -> anyhow::Result<()> {
+        self.flush_all()?;
+        self.writer.begin_close()
+    }
+
     /// Flushes every table and closes the chunk's files.
     fn close_chunk(&mut self) -> anyhow::Result<()> {
         self.flush_all()?;
@@ -435,6 +442,7 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
         ("events", c.events as i64),
         ("bytes_written", c.bytes_written() as i64),
         ("lost", lost_total as i64),
+        ("writer_wait_us", c.writer.waited().as_micros() as i64),
     ];
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
@@ -453,6 +461,19 @@ fn retire(
     let tables = hindsight_schemas::TABLES.iter().map(|t| t.name);
     let retired = retention.after_close(tables, closed, next_chunk_room, retention::now_ns());
     recording.meta.retired.extend(retired);
+}
+
+/// After the writer closed the chunk named `closed`: retention makes room
+/// for the next one, and recording.json is saved.
+fn chunk_closed(
+    c: &Collector,
+    retention: &mut Retention,
+    recording: &mut Recording,
+    closed: &str,
+) -> anyhow::Result<()> {
+    let peak = c.writer.stats.last_chunk_peak_bytes.load(Ordering::Relaxed);
+    retire(retention, recording, closed, peak);
+    save_recording(recording)
 }
 
 /// Saves recording.json; a full disk is not an error here (it is saved
@@ -696,6 +717,8 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut failure: Option<anyhow::Error> = None;
     // The last drain stopped at its budget: the ring still holds records.
     let mut backlog = false;
+    // The chunk whose close the writer is working on, if any.
+    let mut closing: Option<String> = None;
 
     loop {
         // The BPF side wakes us only when the ring fills up; otherwise the
@@ -786,7 +809,17 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
-            if let Err(e) = c.close_chunk() {
+            // A close still under way (a very slow disk) ends first.
+            if let Some(closed) = closing.take() {
+                let done = c.writer.finish_close().unwrap_or(Ok(()));
+                if let Err(e) =
+                    done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
+                {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            if let Err(e) = c.begin_close_chunk() {
                 failure = Some(e);
                 break;
             }
@@ -794,12 +827,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             c.decoder.offset = offset;
             seq += 1;
             let next_name = layout::chunk_file_name(clock::utc_now_ns(), seq);
-            let closed_name = std::mem::replace(&mut c.file_name, next_name);
-            let peak = c.writer.stats.last_chunk_peak_bytes.load(Ordering::Relaxed);
-            drop(c);
+            closing = Some(std::mem::replace(&mut c.file_name, next_name));
             recording.session_mut().clock_offsets.push(offset);
-            retire(&mut retention, &mut recording, &closed_name, peak);
-            if let Err(e) = save_recording(&recording) {
+        }
+        if let Some(done) = closing.as_ref().and_then(|_| c.writer.poll_close()) {
+            let closed = closing.take().expect("a close was under way");
+            if let Err(e) =
+                done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
+            {
                 failure = Some(e);
                 break;
             }
@@ -827,6 +862,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     if let Some(s) = symbolizer {
         let named = s.join();
         if let Err(e) = c.collect_named(&named) {
+            failure.get_or_insert(e);
+        }
+    }
+    if let Some(closed) = closing.take() {
+        let done = c.writer.finish_close().unwrap_or(Ok(()));
+        if let Err(e) =
+            done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
+        {
             failure.get_or_insert(e);
         }
     }

@@ -638,7 +638,7 @@ pub fn recover_recording(recording: &Path) -> anyhow::Result<Vec<Recovered>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use arrow::array::AsArray;
     use arrow::datatypes::Int32Type;
     use parquet::{arrow::arrow_reader::ParquetRecordBatchReaderBuilder, file::reader::FileReader};
@@ -646,7 +646,7 @@ mod tests {
     use super::*;
     use crate::rows::SchedSwitchRows;
 
-    fn stamp() -> FileStamp {
+    pub(crate) fn stamp() -> FileStamp {
         FileStamp {
             host: "h".into(),
             boot_id: "b".into(),
@@ -705,7 +705,7 @@ mod tests {
     }
 
     /// Switch rows, one per (ts, cpu), every other column derived from ts.
-    fn switches(rows: &[(i64, i32)]) -> RecordBatch {
+    pub(crate) fn switches(rows: &[(i64, i32)]) -> RecordBatch {
         let mut b = SchedSwitchRows::new();
         for &(ts, cpu) in rows {
             b.ts.append_value(ts);
@@ -742,7 +742,7 @@ mod tests {
     }
 
     /// (cpu, prev_tid) of every row of a Parquet file, in file order.
-    fn cpu_and_tid(path: &Path) -> Vec<(i32, i32)> {
+    pub(crate) fn cpu_and_tid(path: &Path) -> Vec<(i32, i32)> {
         ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
             .unwrap()
             .build()

@@ -7,7 +7,16 @@
 //!
 //! The channel between the two is bounded ([`QUEUE`] batches): when the
 //! disk or the encoder cannot keep up, the drain blocks, the ring fills and
-//! the kernel counts the drops — memory stays bounded either way.
+//! the kernel counts the drops — memory stays bounded either way. How long
+//! the drain was held up so is counted ([`Writer::waited`]), so a loss in
+//! the recording can be told apart from one the writer caused.
+//!
+//! Closing a chunk (the last row group, footer, fsync and rename of every
+//! table's file, and fsync of every table's directory) takes a second or
+//! more on a busy disk: as long as the ring holds at a steady few tens of
+//! thousands of events a second. So the drain does not wait for it: it asks
+//! for the close ([`Writer::begin_close`]), goes on, and picks up the answer
+//! ([`Writer::poll_close`]) when it comes.
 //!
 //! The thread also keeps the journals durable: every `sync_every` it fsyncs
 //! them (and notices an output directory that was removed). A full disk
@@ -20,7 +29,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
-        mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender},
+        mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError},
         Arc,
     },
     thread::JoinHandle,
@@ -92,6 +101,10 @@ pub struct Writer {
     jobs: Option<SyncSender<Job>>,
     thread: Option<JoinHandle<anyhow::Result<RowsWritten>>>,
     pub stats: Arc<WriterStats>,
+    /// The answer to the chunk close under way, if one is.
+    closing: Option<Receiver<anyhow::Result<()>>>,
+    /// How long the recording thread has been blocked on the writer.
+    waited: Duration,
 }
 
 impl Writer {
@@ -124,24 +137,44 @@ impl Writer {
             jobs: Some(jobs),
             thread: Some(thread),
             stats,
+            closing: None,
+            waited: Duration::ZERO,
         })
     }
 
+    /// How long, in all, the recording thread was held up by the writer: a
+    /// full queue, or a close it had to wait for. Meanwhile nobody drained
+    /// the rings.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
     fn send(&mut self, job: Job) -> anyhow::Result<()> {
-        let sent = self
-            .jobs
-            .as_ref()
-            .map(|jobs| jobs.send(job).is_ok())
-            .unwrap_or(false);
+        let Some(jobs) = self.jobs.as_ref() else {
+            return Err(self.stopped());
+        };
+        let sent = match jobs.try_send(job) {
+            Ok(()) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Full(job)) => {
+                let blocked = Instant::now();
+                let sent = jobs.send(job).is_ok();
+                self.waited += blocked.elapsed();
+                sent
+            }
+        };
         if sent {
             Ok(())
         } else {
-            // The writer stopped: its error says why.
-            Err(self
-                .join()
-                .err()
-                .unwrap_or_else(|| anyhow!("the writer thread stopped")))
+            Err(self.stopped())
         }
+    }
+
+    /// Why the writer thread is gone: its own error, if it left one.
+    fn stopped(&mut self) -> anyhow::Error {
+        self.join()
+            .err()
+            .unwrap_or_else(|| anyhow!("the writer thread stopped"))
     }
 
     /// Queues a batch for the open chunk of its table (named `file_name`).
@@ -158,17 +191,50 @@ impl Writer {
         })
     }
 
-    /// Closes every open chunk once everything queued before is written.
-    pub fn close_chunk(&mut self) -> anyhow::Result<()> {
+    /// Asks the writer to close every open chunk once everything queued
+    /// before is written, without waiting for it; batches written after
+    /// this go to the next chunk. A close still under way is waited for
+    /// first: two would only queue behind each other.
+    pub fn begin_close(&mut self) -> anyhow::Result<()> {
+        if let Some(result) = self.finish_close() {
+            result?;
+        }
         let (done, answer) = sync_channel(1);
         self.send(Job::Close { done })?;
-        match answer.recv() {
-            Ok(result) => result,
-            Err(_) => Err(self
-                .join()
-                .err()
-                .unwrap_or_else(|| anyhow!("the writer thread stopped"))),
+        self.closing = Some(answer);
+        Ok(())
+    }
+
+    /// The outcome of the close under way, once it is over; `None` while
+    /// it runs or when there is none.
+    pub fn poll_close(&mut self) -> Option<anyhow::Result<()>> {
+        let answer = self.closing.as_ref()?.try_recv();
+        match answer {
+            Ok(result) => {
+                self.closing = None;
+                Some(result)
+            }
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.closing = None;
+                Some(Err(self.stopped()))
+            }
         }
+    }
+
+    /// Waits for the close under way, if there is one, and returns its outcome.
+    pub fn finish_close(&mut self) -> Option<anyhow::Result<()>> {
+        let answer = self.closing.take()?;
+        let blocked = Instant::now();
+        let result = answer.recv();
+        self.waited += blocked.elapsed();
+        Some(result.unwrap_or_else(|_| Err(self.stopped())))
+    }
+
+    /// Closes every open chunk and waits until it is done.
+    pub fn close_chunk(&mut self) -> anyhow::Result<()> {
+        self.begin_close()?;
+        self.finish_close().unwrap_or(Ok(()))
     }
 
     /// Stops the thread; returns rows written per table, or its first error.
@@ -379,5 +445,77 @@ impl WriterThread {
         let total: u64 = self.sinks.iter().map(|s| s.bytes_written).sum();
         self.stats.bytes_written.store(total, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hindsight_schemas::tables::SCHED_SWITCH;
+
+    use super::*;
+    use crate::sink::tests::{cpu_and_tid, stamp, switches};
+
+    /// The recording thread asks for a close and goes on writing: what it
+    /// writes meanwhile lands in the next chunk, the close is reported
+    /// exactly once, and the closed chunk is complete before the next one is.
+    #[test]
+    fn batches_written_while_a_chunk_closes_go_to_the_next_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_dir = dir.path().join("sched_switch");
+        let mut writer = Writer::start(dir.path(), &stamp(), Duration::from_secs(1)).unwrap();
+        let first = "a-000000.parquet";
+        let second = "b-000001.parquet";
+        writer
+            .write(&SCHED_SWITCH, switches(&[(1, 0), (2, 1)]), first)
+            .unwrap();
+        writer.begin_close().unwrap();
+        writer
+            .write(&SCHED_SWITCH, switches(&[(3, 0)]), second)
+            .unwrap();
+
+        let asked = Instant::now();
+        let outcome = loop {
+            if let Some(outcome) = writer.poll_close() {
+                break outcome;
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(30),
+                "the close never ended"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        outcome.unwrap();
+        assert!(writer.poll_close().is_none(), "one close, one answer");
+        assert_eq!(cpu_and_tid(&table_dir.join(first)), [(0, 1), (1, 2)]);
+        assert!(
+            !table_dir.join(second).exists(),
+            "the next chunk is still open"
+        );
+
+        writer.close_chunk().unwrap();
+        assert_eq!(cpu_and_tid(&table_dir.join(second)), [(0, 3)]);
+        let rows = writer.join().unwrap();
+        assert!(rows.contains(&("sched_switch", 3)));
+    }
+
+    /// A second close asked for while the first still runs waits for it,
+    /// rather than leaving its answer behind.
+    #[test]
+    fn a_close_asked_for_during_another_ends_the_first_one_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_dir = dir.path().join("sched_switch");
+        let mut writer = Writer::start(dir.path(), &stamp(), Duration::from_secs(1)).unwrap();
+        writer
+            .write(&SCHED_SWITCH, switches(&[(1, 0)]), "a-000000.parquet")
+            .unwrap();
+        writer.begin_close().unwrap();
+        writer
+            .write(&SCHED_SWITCH, switches(&[(2, 0)]), "b-000001.parquet")
+            .unwrap();
+        writer.begin_close().unwrap();
+        assert!(table_dir.join("a-000000.parquet").exists());
+        assert!(writer.finish_close().unwrap().is_ok());
+        assert!(table_dir.join("b-000001.parquet").exists());
+        assert!(writer.finish_close().is_none());
     }
 }

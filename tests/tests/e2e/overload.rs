@@ -1,6 +1,6 @@
 use std::{fs, process::Command};
 
-use crate::fixture::{bin, quiet, run, settle, sql, sql_count, Recorder, Scratch};
+use crate::fixture::{bin, quiet, run, settle, sql, sql_count, utc_now_ns, Recorder, Scratch};
 
 /// The bound `hindsight-record --help` states. Alone, this debug-build storm
 /// peaked at 55-57 MiB; in the full suite it once went past 64 MiB, before
@@ -33,6 +33,7 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
     let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     settle();
     let peak_kb = status_kb(recorder.pid(), "VmHWM:");
+    let peak_read_ns = utc_now_ns();
     let log = recorder.stop();
 
     let children = truth["children"].as_array().unwrap();
@@ -79,4 +80,38 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
     assert!(intervals[0]["n"].as_i64().unwrap() >= 2, "{intervals:?}");
     assert!(intervals[0]["cpus"].as_i64().unwrap() >= 1, "{intervals:?}");
     assert!(log.contains("events lost (see the loss table)"), "{log}");
+
+    // The recording's account of the recorder itself agrees with /proc: its
+    // resident memory, read once a second, never above the kernel's peak
+    // (as of when that was read); the time its writer held the event loop
+    // up, a running total that never falls and fits in the time recorded.
+    let own = sql(
+        &rec,
+        &format!(
+            "SELECT name, MAX(value) AS highest, COUNT(*) AS n,
+                MAX(CASE WHEN CAST(ts AS BIGINT) <= {peak_read_ns} THEN value END) AS until_peak_read,
+                SUM(CASE WHEN value < previous THEN 1 ELSE 0 END) AS falls,
+                (CAST(MAX(ts) AS BIGINT) - CAST(MIN(ts) AS BIGINT)) / 1000 AS span_us
+         FROM (SELECT ts, name, value,
+                      LAG(value) OVER (PARTITION BY name ORDER BY ts) AS previous
+               FROM counter WHERE source = 'recorder' AND name IN ('rss_kb', 'writer_wait_us'))
+         GROUP BY name ORDER BY name"
+        ),
+    );
+    eprintln!("storm: the recorder's own counters {own:?}");
+    assert_eq!(own.len(), 2, "{own:?}");
+    let (rss, wait) = (&own[0], &own[1]);
+    assert!(rss["n"].as_i64().unwrap() >= 5, "{rss:?}");
+    let rss_kb = rss["until_peak_read"].as_i64().unwrap();
+    assert!(
+        rss_kb > 0 && rss_kb as u64 <= peak_kb,
+        "rss_kb {rss_kb} vs VmHWM {peak_kb} kB"
+    );
+    assert_eq!(wait["falls"], 0, "{wait:?}");
+    let waited_us = wait["highest"].as_i64().unwrap();
+    let span_us = wait["span_us"].as_i64().unwrap();
+    assert!(
+        (0..=span_us).contains(&waited_us),
+        "writer_wait_us {waited_us} over {span_us} us"
+    );
 }
