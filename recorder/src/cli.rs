@@ -47,7 +47,7 @@ names once they hold 12 MiB, and names a binary with over 16 MiB of DWARF from
 its symbol table alone; when the disk or encoder falls behind, the kernel
 drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 57 MiB RSS at the peak of a context-switch storm;
-53 MiB median and 60 MiB at the peak of a 30-minute mixed workload whose
+55 MiB median and 61 MiB at the peak of a 30-minute mixed workload whose
 binaries the CPU sampler had to name. Bound: 64 MiB.
 A larger --ring-size costs twice its size (the ring is mapped twice over).
 
