@@ -463,16 +463,31 @@ fn retire(
     recording.meta.retired.extend(retired);
 }
 
-/// After the writer closed the chunk named `closed`: retention makes room
-/// for the next one, and recording.json is saved.
-fn chunk_closed(
-    c: &Collector,
+/// Once the writer has closed the chunk `closing` names (waited for when
+/// `wait`, else only if it is over): retention makes room for the next
+/// chunk and recording.json is saved. Nothing to do while it still runs.
+fn settle_close(
+    c: &mut Collector,
+    closing: &mut Option<String>,
+    wait: bool,
     retention: &mut Retention,
     recording: &mut Recording,
-    closed: &str,
 ) -> anyhow::Result<()> {
+    if closing.is_none() {
+        return Ok(());
+    }
+    let outcome = if wait {
+        c.writer.finish_close()
+    } else {
+        c.writer.poll_close()
+    };
+    let Some(outcome) = outcome else {
+        return Ok(());
+    };
+    let closed = closing.take().expect("checked above");
+    outcome?;
     let peak = c.writer.stats.last_chunk_peak_bytes.load(Ordering::Relaxed);
-    retire(retention, recording, closed, peak);
+    retire(retention, recording, &closed, peak);
     save_recording(recording)
 }
 
@@ -810,14 +825,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         if now >= chunk_deadline || ROTATE.swap(false, Ordering::Relaxed) {
             chunk_deadline = now + config.chunk;
             // A close still under way (a very slow disk) ends first.
-            if let Some(closed) = closing.take() {
-                let done = c.writer.finish_close().unwrap_or(Ok(()));
-                if let Err(e) =
-                    done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
-                {
-                    failure = Some(e);
-                    break;
-                }
+            if let Err(e) = settle_close(&mut c, &mut closing, true, &mut retention, &mut recording)
+            {
+                failure = Some(e);
+                break;
             }
             if let Err(e) = c.begin_close_chunk() {
                 failure = Some(e);
@@ -830,14 +841,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             closing = Some(std::mem::replace(&mut c.file_name, next_name));
             recording.session_mut().clock_offsets.push(offset);
         }
-        if let Some(done) = closing.as_ref().and_then(|_| c.writer.poll_close()) {
-            let closed = closing.take().expect("a close was under way");
-            if let Err(e) =
-                done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
-            {
-                failure = Some(e);
-                break;
-            }
+        if let Err(e) = settle_close(&mut c, &mut closing, false, &mut retention, &mut recording) {
+            failure = Some(e);
+            break;
         }
     }
 
@@ -865,13 +871,8 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             failure.get_or_insert(e);
         }
     }
-    if let Some(closed) = closing.take() {
-        let done = c.writer.finish_close().unwrap_or(Ok(()));
-        if let Err(e) =
-            done.and_then(|()| chunk_closed(&c, &mut retention, &mut recording, &closed))
-        {
-            failure.get_or_insert(e);
-        }
+    if let Err(e) = settle_close(&mut c, &mut closing, true, &mut retention, &mut recording) {
+        failure.get_or_insert(e);
     }
     let closed = c.close_chunk();
     let rows = c.writer.join();
