@@ -1,6 +1,7 @@
 //! Recordings as DataFusion tables.
 //!
-//! Every table of `hindsight_schemas::TABLES` is registered, always, with
+//! Every table of `hindsight_schemas::all_tables` (the recorded ones and
+//! the derived ones) is registered, always, with
 //! the schema from `schemas` rather than one inferred from files: a table
 //! with no file yet still has its columns, and a file written before a
 //! nullable column was added reads with that column null.
@@ -27,8 +28,9 @@
 //! within a row group only, and a wrong declared order gives wrong results.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -41,10 +43,12 @@ use datafusion::datasource::listing::{
 use datafusion::datasource::provider_as_source;
 use datafusion::datasource::{MemTable, ViewTable};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
-use hindsight_schemas::{journal, layout, TABLES, VIEWS};
+use hindsight_schemas::{all_tables, journal, layout, VIEWS};
 
 use crate::recording::{Recording, TableFiles};
 
@@ -60,12 +64,44 @@ pub fn default_partitions() -> usize {
         .min(4)
 }
 
+/// The memory every query of this process may hold when the caller does
+/// not choose (`--memory-limit`): well under this 2-core, 24 GiB class of
+/// machine, where the recorder and the services it watches run too.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
+
+/// The one memory budget of this process's queries, set once from
+/// `--memory-limit` before the first query ([`set_memory_limit`]).
+static RUNTIME: OnceLock<(u64, Arc<RuntimeEnv>)> = OnceLock::new();
+
+/// Sets the memory all queries of this process share: operators that can
+/// (sorts, joins, aggregations) spill to files in the temp directory
+/// (`TMPDIR`) past it; a query that still cannot fit fails with
+/// [`one_line`]'s message naming the limit. Only the first call counts.
+pub fn set_memory_limit(bytes: u64) -> Result<()> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(TrackConsumersPool::new(
+            FairSpillPool::new(usize::try_from(bytes).unwrap_or(usize::MAX)),
+            NonZeroUsize::new(3).expect("nonzero"),
+        )))
+        .with_temp_file_path(std::env::temp_dir())
+        .build_arc()?;
+    let _ = RUNTIME.set((bytes, runtime));
+    Ok(())
+}
+
+fn runtime() -> Result<&'static (u64, Arc<RuntimeEnv>)> {
+    if RUNTIME.get().is_none() {
+        set_memory_limit(DEFAULT_MEMORY_LIMIT)?;
+    }
+    Ok(RUNTIME.get().expect("set above"))
+}
+
 /// A session with every table of `recordings` registered.
 pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<SessionContext> {
     let config = SessionConfig::new()
         .with_target_partitions(partitions.max(1))
         .with_information_schema(true);
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = SessionContext::new_with_config_rt(config, Arc::clone(&runtime()?.1));
     match recordings {
         [] => return Err(DataFusionError::Plan("no recording to open".into())),
         [one] => {
@@ -75,7 +111,7 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
         }
         many => {
             let hosts = host_labels(many);
-            for (i, table) in TABLES.iter().enumerate() {
+            for (i, table) in all_tables().enumerate() {
                 let mut union: Option<LogicalPlanBuilder> = None;
                 for (part_no, (rec, host)) in many.iter().zip(&hosts).enumerate() {
                     let files = &rec.tables[i];
@@ -268,8 +304,22 @@ pub fn read_only() -> SQLOptions {
 /// A DataFusion error as the one line `hindsight` prints: its outermost
 /// message only, since that already quotes its sources (printing the chain
 /// repeats them), with line breaks ("Valid fields are ...") made spaces.
+///
+/// A query over the memory limit says so first, with the limit and the
+/// flag that raises it.
 pub fn one_line(err: DataFusionError) -> anyhow::Error {
+    let exhausted = matches!(err.find_root(), DataFusionError::ResourcesExhausted(_));
     let text = err.strip_backtrace();
+    let text = if exhausted {
+        let limit = RUNTIME.get().map_or(DEFAULT_MEMORY_LIMIT, |r| r.0);
+        format!(
+            "the query needs more memory than --memory-limit {} allows, even spilling to {}: {text}",
+            human_bytes(limit),
+            std::env::temp_dir().display()
+        )
+    } else {
+        text
+    };
     anyhow::Error::msg(
         text.lines()
             .map(str::trim)
@@ -277,6 +327,17 @@ pub fn one_line(err: DataFusionError) -> anyhow::Error {
             .collect::<Vec<_>>()
             .join(" "),
     )
+}
+
+/// `1 GiB`, `512 MiB`: a size for people, in the largest binary unit
+/// that divides it.
+pub fn human_bytes(bytes: u64) -> String {
+    for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// Plans `sql` and streams its result.

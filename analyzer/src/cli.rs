@@ -33,12 +33,25 @@ pub struct Cli {
     /// Threads and DataFusion partitions to use (default: the CPUs, at most 4).
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Memory all queries may hold (e.g. 512M, 4G); past it sorts and joins spill to TMPDIR,
+    /// and a query that still does not fit stops with an error naming this limit.
+    #[arg(long, global = true, value_name = "SIZE", default_value = "1G", value_parser = parse_memory_limit)]
+    pub memory_limit: u64,
+}
+
+fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    let bytes = hindsight_schemas::time::parse_size_bytes(text)?;
+    if bytes < 16 << 20 {
+        return Err(format!("'{text}': at least 16M"));
+    }
+    Ok(bytes)
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Sql(SqlArgs),
     Info(InfoArgs),
+    Index(IndexArgs),
     #[command(subcommand)]
     Report(ReportCommand),
     Slice(SliceArgs),
@@ -268,6 +281,31 @@ pub struct InfoArgs {
     /// Output format: text for people, or one JSON object a recording a line.
     #[arg(long, short = 'f', value_enum, default_value_t = InfoFormatArg::Table)]
     pub format: InfoFormatArg,
+}
+
+/// Pair the scheduler events once, so reports on long recordings take seconds.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Pair the scheduler events of a recording once and store the result beside \
+them: on-CPU slices (cpu_slice), off-CPU intervals (off_cpu_interval) and run-queue waits \
+(runq_wait), plain Parquet tables that hold exactly the rows of the views cpu_time, off_cpu and \
+runq_latency. Reports (runqlat, timeline, html) read them when every recording given is indexed; \
+otherwise they pair the raw events in every query, which on a busy hour takes minutes and \
+gigabytes.\n\n\
+One streaming pass over sched_switch and sched_wakeup in time order; memory follows the live \
+threads, not the recording's size. Written the way the recorder writes chunks (hidden name, \
+fsync, rename); run it again after the recording has grown. Needs write access to RECORDING.\n\n\
+Examples:\n  \
+hindsight index rec/\n  \
+hindsight report runqlat rec/ --interval 1m"
+)]
+pub struct IndexArgs {
+    /// Recording directories, indexed one after the other.
+    #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
+    pub recordings: Vec<PathBuf>,
+    /// Rebuild the derived tables even where they are complete.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Cut a smaller, complete recording: a time window, optionally some processes.
@@ -556,6 +594,8 @@ pub struct Config {
     pub action: Action,
     /// Tokio worker threads and DataFusion target partitions.
     pub threads: usize,
+    /// Bytes all queries may hold before spilling (`--memory-limit`).
+    pub memory_limit: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -571,6 +611,10 @@ pub enum Action {
     Info {
         recordings: Vec<PathBuf>,
         json: bool,
+    },
+    Index {
+        recordings: Vec<PathBuf>,
+        force: bool,
     },
     Report {
         kind: report::Kind,
@@ -648,6 +692,10 @@ impl Cli {
                 }
             }
             Command::Export(e) => Action::Export(e.resolve()),
+            Command::Index(a) => Action::Index {
+                recordings: a.recordings,
+                force: a.force,
+            },
             Command::Info(a) => Action::Info {
                 recordings: a.recordings,
                 json: a.format == InfoFormatArg::Json,
@@ -674,6 +722,7 @@ impl Cli {
                         return Config {
                             action: Action::HtmlReport(request),
                             threads,
+                            memory_limit: self.memory_limit,
                         };
                     }
                 };
@@ -709,7 +758,11 @@ impl Cli {
                 },
             },
         };
-        Config { action, threads }
+        Config {
+            action,
+            threads,
+            memory_limit: self.memory_limit,
+        }
     }
 }
 

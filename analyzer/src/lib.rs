@@ -48,8 +48,10 @@ pub mod catalog;
 pub mod cli;
 pub mod export;
 pub mod flamegraph;
+pub mod index;
 pub mod info;
 pub mod output;
+pub mod progress;
 pub mod recording;
 pub mod report;
 pub mod shell;
@@ -97,6 +99,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
 }
 
 async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
+    catalog::set_memory_limit(config.memory_limit).map_err(catalog::one_line)?;
     // Validate every input before the first byte of output.
     match config.action {
         cli::Action::Sql {
@@ -153,6 +156,14 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
                     other => other?,
                 }
             }
+        }
+        cli::Action::Index { recordings, force } => {
+            let mut out = BufWriter::new(io::stdout());
+            for dir in &recordings {
+                let summary = index::index(dir, force)?;
+                index::write_summary(dir, &summary, &mut out)?;
+            }
+            out.flush()?;
         }
         cli::Action::Report {
             kind,

@@ -23,7 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use hindsight_schemas::meta::{self, RecordingMeta};
-use hindsight_schemas::{layout, Table, SCHEMA_VERSION, TABLES};
+use hindsight_schemas::{all_tables, derived, layout, Table, SCHEMA_VERSION};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::statistics::Statistics;
 
@@ -68,7 +68,8 @@ pub struct Recording {
     /// The directory as the user named it.
     pub dir: PathBuf,
     pub meta: RecordingMeta,
-    /// One entry per table of [`TABLES`], in that order, present or not.
+    /// One entry per table of `hindsight_schemas::all_tables`, in that
+    /// order, present or not.
     pub tables: Vec<TableFiles>,
 }
 
@@ -104,9 +105,8 @@ impl Recording {
             return Err(RecordingError::NoSuchDir(dir.to_path_buf()));
         }
         let meta = read_meta(dir)?;
-        let tables = TABLES
-            .iter()
-            .map(|&table| read_table(dir, table))
+        let tables = all_tables()
+            .map(|table| read_table(dir, table))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Recording {
             dir: dir.to_path_buf(),
@@ -118,6 +118,41 @@ impl Recording {
     /// The chunks of `table`, empty for a table not recorded.
     pub fn table(&self, name: &str) -> Option<&TableFiles> {
         self.tables.iter().find(|t| t.table.name == name)
+    }
+
+    /// Whether the derived tables cover every closed `sched_switch` chunk
+    /// and no open chunk has rows they lack (see `hindsight_schemas::derived`).
+    pub fn indexed(&self) -> bool {
+        let Some(source) = self.table(derived::SOURCE_TABLE) else {
+            return false;
+        };
+        let names = |files: &TableFiles| -> Vec<std::ffi::OsString> {
+            files
+                .chunks
+                .iter()
+                .filter_map(|c| c.path.file_name().map(ToOwned::to_owned))
+                .collect()
+        };
+        let expected = names(source);
+        !self.journaled(derived::SOURCE_TABLE)
+            && derived::DERIVED_TABLES.iter().all(|t| {
+                self.table(t.name)
+                    .is_some_and(|files| names(files) == expected)
+            })
+    }
+
+    /// Whether `table` has an open chunk's journal (a recorder is writing).
+    pub fn journaled(&self, table: &str) -> bool {
+        let Some(files) = self.table(table) else {
+            return false;
+        };
+        fs::read_dir(&files.dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| layout::chunk_of_journal(n).is_some())
+            })
+        })
     }
 
     /// Earliest and latest `ts` of any table, from footers only.

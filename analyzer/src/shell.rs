@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use datafusion::prelude::SessionContext;
-use hindsight_schemas::{Column, TABLES, VIEWS};
+use hindsight_schemas::{all_tables, derived, Column, VIEWS};
 
 use crate::catalog;
 use crate::output::{self, Format};
@@ -126,14 +126,13 @@ fn summary(doc: &str) -> &str {
 }
 
 fn list(out: &mut impl Write) -> Result<()> {
-    let width = TABLES
-        .iter()
+    let width = all_tables()
         .map(|t| t.name.len())
         .chain(VIEWS.iter().map(|v| v.name.len()))
         .max()
         .unwrap_or(0);
     writeln!(out, "{:<width$}  {:<5}  about", "name", "kind")?;
-    for t in TABLES {
+    for t in all_tables() {
         writeln!(out, "{:<width$}  table  {}", t.name, summary(t.doc))?;
     }
     for v in VIEWS {
@@ -144,14 +143,15 @@ fn list(out: &mut impl Write) -> Result<()> {
 
 /// Prints a table's or view's doc and columns; false when there is no such name.
 fn describe(name: &str, out: &mut impl Write) -> Result<bool> {
-    let (kind, doc, columns): (&str, &str, &[Column]) =
-        if let Some(t) = hindsight_schemas::tables::table(name) {
-            ("table", t.doc, t.columns)
-        } else if let Some(v) = hindsight_schemas::views::view(name) {
-            ("view", v.doc, v.columns)
-        } else {
-            return Ok(false);
-        };
+    let (kind, doc, columns): (&str, &str, &[Column]) = if let Some(t) =
+        hindsight_schemas::tables::table(name).or_else(|| derived::derived_table(name))
+    {
+        ("table", t.doc, t.columns)
+    } else if let Some(v) = hindsight_schemas::views::view(name) {
+        ("view", v.doc, v.columns)
+    } else {
+        return Ok(false);
+    };
     writeln!(out, "{kind} {name}: {doc}")?;
     let width = columns.iter().map(|c| c.name.len()).max().unwrap_or(0);
     let type_width = columns

@@ -3,7 +3,6 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{bail, Context};
 use clap::Parser;
 use thiserror::Error;
 
@@ -280,26 +279,9 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     Ok(Duration::from_nanos(ns as u64))
 }
 
-/// `4096`, `64K`, `8M`, `1G` (binary multiples; `KiB` style suffixes too).
+/// A size flag, in the grammar both programs share (`4096`, `64K`, `8M`, `1G`).
 pub fn parse_size(text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: u64 = number
-        .parse()
-        .with_context(|| format!("'{text}' is not a size"))?;
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        other => bail!("'{text}': unknown size unit '{other}'"),
-    };
-    value
-        .checked_shl(shift)
-        .filter(|v| v >> shift == value)
-        .with_context(|| format!("'{text}' is too large"))
+    hindsight_schemas::time::parse_size_bytes(text).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

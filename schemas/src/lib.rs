@@ -13,12 +13,16 @@
 //! - [`meta`]: `recording.json`, the recording's self-description.
 //! - [`time`]: the one conversion from the kernel's boot clock to UTC.
 //! - [`views`]: the helper views the analyzer defines over the tables.
+//! - [`derived`]: tables derived from the raw events (scheduler events
+//!   paired per thread), and [`pairing`], the one pass that builds them.
 //! - [`doc`]: renders `SCHEMA.md` from the above (a test keeps it current).
 
+pub mod derived;
 pub mod doc;
 pub mod journal;
 pub mod layout;
 pub mod meta;
+pub mod pairing;
 pub mod tables;
 pub mod time;
 pub mod views;
@@ -28,5 +32,12 @@ pub mod views;
 /// bump it.
 pub const SCHEMA_VERSION: u32 = 1;
 
+pub use derived::DERIVED_TABLES;
 pub use tables::{Column, ColumnType, Table, TABLES};
+
+/// Every table a recording may hold: the recorded ones ([`TABLES`]), then
+/// the derived ones ([`DERIVED_TABLES`]).
+pub fn all_tables() -> impl Iterator<Item = &'static Table> {
+    TABLES.iter().chain(DERIVED_TABLES).copied()
+}
 pub use views::{View, VIEWS};

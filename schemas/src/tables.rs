@@ -110,7 +110,7 @@ pub fn table(name: &str) -> Option<&'static Table> {
     TABLES.iter().copied().find(|t| t.name == name)
 }
 
-const fn col(
+pub(crate) const fn col(
     name: &'static str,
     kind: ColumnType,
     unit: &'static str,
@@ -125,7 +125,7 @@ const fn col(
     }
 }
 
-const fn nullable(
+pub(crate) const fn nullable(
     name: &'static str,
     kind: ColumnType,
     unit: &'static str,

@@ -57,6 +57,29 @@ const DURATION_UNITS: &[(&str, f64)] = &[
     ("s", 1e9),
 ];
 
+/// A size as both programs' flags take it: `4096`, `64K`, `8M`, `1G`
+/// (binary multiples; `KiB` style suffixes too).
+pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => return Err(format!("'{text}': unknown size unit '{other}'")),
+    };
+    value
+        .checked_shl(shift)
+        .filter(|v| v >> shift == value)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
 /// Parses a duration the way both programs' flags take it: one or more
 /// `<number><unit>` terms (`10s`, `1m30s`, `1.5h`, `250ms`), units `ns`,
 /// `us`, `ms`, `s`, `m`/`min`, `h`, `d`; a bare number is seconds. Returns

@@ -183,6 +183,9 @@ pub struct Env {
     pub pid: Option<i32>,
     /// Only this metric, where the report supports it.
     pub metric: Option<String>,
+    /// Every recording has its derived tables (`hindsight index`): reports
+    /// read those instead of pairing raw events in the views.
+    pub indexed: bool,
 }
 
 impl Env {
@@ -220,7 +223,15 @@ impl Env {
             fault_samples,
             pid: options.pid,
             metric: options.metric.clone(),
+            indexed: recordings.iter().all(Recording::indexed),
         })
+    }
+
+    /// What a report reads for helper view `view` (`cpu_time`, `off_cpu`,
+    /// `runq_latency`): its derived table when the recordings are indexed,
+    /// which holds the same rows without pairing events in the query.
+    pub fn paired(&self, view: &'static str) -> &'static str {
+        crate::index::source_for(view, self.indexed)
     }
 
     /// `host, ` with several recordings, else nothing: put it before a key
@@ -493,12 +504,41 @@ pub fn sql(kind: Kind, env: &Env) -> String {
     }
 }
 
+/// Says on stderr, once, that a report would read derived tables if the
+/// recordings had them, and how long pairing takes without them.
+pub fn hint_index(recordings: &[Recording], env: &Env) {
+    if env.indexed {
+        return;
+    }
+    let switches: u64 = recordings
+        .iter()
+        .filter_map(|r| r.table(hindsight_schemas::derived::SOURCE_TABLE))
+        .map(|t| t.rows())
+        .sum();
+    if switches < 1_000_000 {
+        return;
+    }
+    let dirs: Vec<String> = recordings
+        .iter()
+        .filter(|r| !r.indexed())
+        .map(|r| r.dir.display().to_string())
+        .collect();
+    eprintln!(
+        "hindsight: {switches} switches not indexed: this report pairs them in the query; \
+         `hindsight index {}` pairs them once and makes it take seconds",
+        dirs.join(" ")
+    );
+}
+
 /// Runs report `kind` over `dirs` and prints it on stdout: the SQL first
 /// with `--show-sql` (ending in `;` and a blank line), then the result.
 pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize) -> Result<()> {
     let recordings = recording::open_all(dirs)?;
     let ctx = catalog::context_for(&recordings, threads).map_err(catalog::one_line)?;
     let env = Env::new(options, &recordings)?;
+    if matches!(kind, Kind::Runqlat | Kind::Timeline) {
+        hint_index(&recordings, &env);
+    }
     let sql = sql(kind, &env);
     let mut out = BufWriter::new(io::stdout());
     if options.show_sql {

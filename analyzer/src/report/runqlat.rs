@@ -35,7 +35,7 @@ pub fn sql(env: &Env) -> String {
   SELECT {h}{bin} AS interval_start, pid, comm, latency_ns,
     CASE WHEN latency_ns < 2000 THEN 0
          ELSE CAST(floor(log2(CAST(latency_ns / 1000 AS DOUBLE))) AS BIGINT) END AS slot
-  FROM runq_latency
+  FROM {runq}
   WHERE {bounds}{pid_filter}
 ),
 ranked AS (  -- processes per interval, the longest total wait first
@@ -63,6 +63,7 @@ SELECT {hh}hist.kind, hist.interval_start, hist.pid, hist.comm,
 FROM hist LEFT JOIN lost l ON {join}
 ORDER BY {hh}hist.interval_start, hist.kind, hist.pid, hist.slot",
         bin = env.bin("ts"),
+        runq = env.paired("runq_latency"),
         bounds = env.event_bounds("ts"),
         lost = env.lost_cte(),
         wh = if env.multi_host { "w.host, " } else { "" },

@@ -139,17 +139,17 @@ ticks AS (  -- CPU time split of the total line
 ),
 process_cpu AS (  -- on-CPU time per process, by the interval its slices start in
   SELECT {h}{bin} AS interval_start, pid, {process_comm}, 100.0 * sum(dur_ns) / {iv_ns} AS value
-  FROM cpu_time WHERE {events}
+  FROM {cpu_time} WHERE {events}
   GROUP BY {h}interval_start, pid
 ),
 process_runq AS (  -- run-queue wait per process, by the interval of the wakeup
   SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(latency_ns) / 1e6 / {iv_s} AS value
-  FROM runq_latency WHERE {events}
+  FROM {runq_latency} WHERE {events}
   GROUP BY {h}interval_start, pid
 ),
 process_offcpu AS (  -- uninterruptible (D) off-CPU time per process
   SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(dur_ns) / 1e6 / {iv_s} AS value
-  FROM off_cpu WHERE state = 'D' AND {events}
+  FROM {off_cpu} WHERE state = 'D' AND {events}
   GROUP BY {h}interval_start, pid
 ),
 {task_deltas},
@@ -178,6 +178,9 @@ metrics AS (
 SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
 ORDER BY {h}interval_start, metric, pid",
         bin = env.bin("ts"),
+        cpu_time = env.paired("cpu_time"),
+        runq_latency = env.paired("runq_latency"),
+        off_cpu = env.paired("off_cpu"),
         vmstat = quoted(VMSTAT),
         ticks = quoted(CPU_TICKS),
         psi = quoted(PSI),

@@ -199,15 +199,15 @@ pub(super) async fn write_chunk(
 }
 
 /// Who wrote a chunk, copied into the slice's file cut from it.
-pub(super) struct Stamp {
-    pub(super) host: String,
-    pub(super) boot_id: String,
-    pub(super) recorder_version: String,
+pub(crate) struct Stamp {
+    pub(crate) host: String,
+    pub(crate) boot_id: String,
+    pub(crate) recorder_version: String,
 }
 
 /// The stamp in a source chunk's key-value metadata; the recording's where
 /// a key is missing.
-pub(super) fn stamp_of(path: &Path, source: &Recording) -> Stamp {
+pub(crate) fn stamp_of(path: &Path, source: &Recording) -> Stamp {
     let session = source.meta.latest();
     let mut stamp = Stamp {
         host: source.meta.host.clone(),

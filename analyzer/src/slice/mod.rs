@@ -64,7 +64,7 @@ use crate::report::{self, timestamp, LOOKBACK_NS};
 use crate::when::When;
 use crate::UsageError;
 
-mod files;
+pub(crate) mod files;
 
 use files::{check_output, stamp_of, write_chunk, write_file, Staging, Stamp};
 

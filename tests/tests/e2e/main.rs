@@ -14,6 +14,8 @@ mod cache_and_atop;
 mod counters_and_tasks;
 /// kill -9 and recovery, reading a live recording, full and vanished disks.
 mod crash_and_faults;
+/// `hindsight index`: derived tables equal the raw-event views; the memory limit holds.
+mod derived_tables;
 /// The Parquet files are standard: DuckDB reads the same rows as hindsight.
 mod duckdb_reads_it;
 /// Perfetto and pprof exports of a real recording: slices equal `cpu_time`, totals the flame graph's.

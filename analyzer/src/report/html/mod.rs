@@ -203,12 +203,13 @@ SELECT CAST(t AS BIGINT) AS t, series, CAST(value AS DOUBLE) AS value FROM serie
 /// The statement behind the process chart: on-CPU time per process and
 /// interval of `step`, as `% of one CPU`, by the interval each slice starts
 /// in (as `report timeline` counts `process_cpu`).
-pub fn process_cpu_sql((start, end): (i64, i64), step: Interval) -> String {
+/// `slices` is `cpu_time` or its derived table ([`Env::paired`]).
+pub fn process_cpu_sql((start, end): (i64, i64), step: Interval, slices: &str) -> String {
     format!(
         "SELECT CAST(date_bin({step}, ts) AS BIGINT) AS t, pid,
   coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm,
   sum(dur_ns) AS ns
-FROM cpu_time
+FROM {slices}
 WHERE ts >= {from} AND ts < {to}
 GROUP BY 1, 2
 ORDER BY 1, 2",
@@ -335,7 +336,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
     let incidents = timeline::incidents(&samples, &env);
     let system = system_series(&query(system_sql(window, step)).await?)?;
     let processes = busiest_processes(
-        &query(process_cpu_sql(window, step)).await?,
+        &query(process_cpu_sql(window, step, env.paired("cpu_time"))).await?,
         window,
         step,
         request.top,

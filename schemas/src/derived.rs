@@ -1,0 +1,123 @@
+//! Derived tables: the raw scheduler events paired per thread once, stored
+//! as ordinary Parquet beside the raw tables, and read by every report.
+//!
+//! Pairing events (a switch-in with its switch-out, a wakeup with the run
+//! that followed) needs them in time order per thread or per CPU. Done in
+//! SQL with `lead()` over a whole table, that sorts every row of the
+//! recording for each query and no time filter reaches below the window
+//! (30 M switches: 100 s and 7 GiB for one report). Done once, in one
+//! streaming pass ([`crate::pairing`]), the result is three plain tables
+//! whose rows are what the helper views `cpu_time`, `off_cpu` and
+//! `runq_latency` return, which prune by `ts` like any table and open in
+//! DuckDB or Spark unchanged.
+//!
+//! Layout: `<table>/<name>.parquet` for every closed `sched_switch` chunk
+//! `<name>.parquet`, holding the rows whose pairing completed while that
+//! chunk was read (so a row's `ts` may lie in an earlier chunk). A chunk
+//! with nothing to pair still gets its (empty) file: a recording is
+//! *indexed* when every `sched_switch` chunk has its file in each derived
+//! table. Row groups are sorted by `ts` and carry page statistics, so a
+//! time window reads little more than its pages.
+//!
+//! Edges, the same for every derived table:
+//! - chunk edges are invisible: the pass carries its state from one chunk to
+//!   the next, and waits [`crate::pairing::REORDER_NS`] of event time before
+//!   it pairs an event, so events that reached the recorder late (drained
+//!   from another CPU's ring a moment later) still pair in time order;
+//! - a recorder restart (a new session in `recording.json`) ends every open
+//!   interval unpaired: what happened while nothing recorded is unknown, so
+//!   no interval spans the gap (the raw views would pair across it);
+//! - a thread that left the CPU dead (`prev_state` `X` or `Z`) has no
+//!   off-CPU interval after that switch: its tid may be reused by a new
+//!   thread;
+//! - the end of the recording leaves the intervals still open unpaired;
+//! - lost events (`loss` rows for `sched_switch`/`sched_wakeup`) pair
+//!   whatever events surround them, exactly as the raw views do: an on-CPU
+//!   slice is dropped when its end switch does not name the same thread, an
+//!   off-CPU interval or a run-queue wait may come out too long. Reports
+//!   print the loss beside each interval.
+
+use crate::tables::{col, nullable, ColumnType::*, Table};
+
+/// The `group` of every derived table (what `SCHEMA.md` shows where raw
+/// tables name their `--events` group).
+pub const DERIVED_GROUP: &str = "derived";
+
+pub static CPU_SLICE: Table = Table {
+    name: "cpu_slice",
+    group: DERIVED_GROUP,
+    doc: "On-CPU slices, paired once: the rows of the `cpu_time` view (from the `sched_switch` that put a thread \
+          on a CPU to the next `sched_switch` on that CPU, when that one names the same thread leaving), \
+          written by `hindsight index` and read by the reports instead of the view.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "When the thread was switched in."),
+        col("ts_end", Timestamp, "ns, UTC", "When it was switched out."),
+        col("dur_ns", Int64, "ns", "Time on the CPU: `ts_end - ts`."),
+        col("cpu", Int32, "", "CPU it ran on."),
+        col("tid", Int32, "", "Thread."),
+        col("pid", Int32, "", "Process of the thread."),
+        col("comm", Name, "", "Thread name when it was switched in."),
+        col("prio", Int32, "kernel priority", "Kernel priority when it was switched in."),
+        col("end_state", Name, "", "State it left the CPU in (`prev_state` of the ending switch): `R` preempted, `S`, `D`, ... blocked."),
+    ],
+};
+
+pub static OFF_CPU_INTERVAL: Table = Table {
+    name: "off_cpu_interval",
+    group: DERIVED_GROUP,
+    doc: "Off-CPU intervals, paired once: the rows of the `off_cpu` view (from the `sched_switch` that took a \
+          thread off the CPU to the next one that put it back, on any CPU), written by `hindsight index`.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "When the thread was switched out."),
+        col("ts_end", Timestamp, "ns, UTC", "When it was next switched in."),
+        col("dur_ns", Int64, "ns", "Time off the CPU: `ts_end - ts`."),
+        col("tid", Int32, "", "Thread."),
+        col("pid", Int32, "", "Process of the thread."),
+        col("comm", Name, "", "Thread name when it was switched out."),
+        col("state", Name, "", "State it blocked in (`prev_state`): `R` preempted, `S` sleeping, `D` uninterruptible, ..."),
+        col("cpu", Int32, "", "CPU it left."),
+        col("next_cpu", Int32, "", "CPU it came back on."),
+        nullable("stack_id", Int64, "", "Stack it blocked in (recorded with `--off-cpu-stacks`, else null); join `stack`."),
+    ],
+};
+
+pub static RUNQ_WAIT: Table = Table {
+    name: "runq_wait",
+    group: DERIVED_GROUP,
+    doc: "Run-queue waits after a wakeup, paired once: the rows of the `runq_latency` view (from a \
+          `sched_wakeup` to the thread's next switch-in, BCC's runqlat), written by `hindsight index`.",
+    sort_key: &["ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "When the thread was woken."),
+        col("ts_run", Timestamp, "ns, UTC", "When it next ran."),
+        col("latency_ns", Int64, "ns", "Time it waited to run: `ts_run - ts`."),
+        col("tid", Int32, "", "Thread."),
+        col("pid", Int32, "", "Process of the thread."),
+        col("comm", Name, "", "Thread name at the wakeup."),
+        col("cpu", Int32, "", "CPU it ran on."),
+    ],
+};
+
+/// Every derived table, in the order the docs list them.
+pub static DERIVED_TABLES: &[&Table] = &[&CPU_SLICE, &OFF_CPU_INTERVAL, &RUNQ_WAIT];
+
+/// The raw table whose chunks the derived tables follow, one file each.
+pub const SOURCE_TABLE: &str = "sched_switch";
+
+/// The helper view each derived table equals, row for row, where no
+/// session edge or dead thread intervenes (see the module doc).
+pub fn view_of(table: &str) -> Option<&'static str> {
+    match table {
+        "cpu_slice" => Some("cpu_time"),
+        "off_cpu_interval" => Some("off_cpu"),
+        "runq_wait" => Some("runq_latency"),
+        _ => None,
+    }
+}
+
+/// Looks a derived table up by name.
+pub fn derived_table(name: &str) -> Option<&'static Table> {
+    DERIVED_TABLES.iter().copied().find(|t| t.name == name)
+}

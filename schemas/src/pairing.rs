@@ -1,0 +1,557 @@
+//! The one streaming pass that builds the derived tables ([`crate::derived`])
+//! from `sched_switch` and `sched_wakeup` rows.
+//!
+//! Rows come in as the recorder wrote them: each batch sorted by `cpu, ts`,
+//! batches in roughly increasing time. Every (table, CPU) is a stream in
+//! time order, so a k-way merge over those streams yields all events in
+//! time order without a global sort. Events are paired only once they are
+//! [`REORDER_NS`] older than the newest event seen, so a row that reached
+//! the recorder late still lands in order. At one instant, wakeups come
+//! before switch-outs and those before switch-ins, the tie order of the
+//! views' `ORDER BY ts, is_in`.
+//!
+//! State is per CPU (the thread on it) and per thread (its last switch-out
+//! and last wakeup, while waiting for a switch-in): memory follows the live
+//! threads and the reorder window, never the rows. Finished rows gather in
+//! Arrow builders until [`Pairing::take`] hands them out.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayBuilder, ArrayRef, AsArray, Int32Builder, Int64Builder, RecordBatch,
+    StringDictionaryBuilder, TimestampNanosecondBuilder,
+};
+use arrow::datatypes::{Int32Type, Int64Type, TimestampNanosecondType};
+use arrow::error::ArrowError;
+
+use crate::derived::{CPU_SLICE, OFF_CPU_INTERVAL, RUNQ_WAIT};
+use crate::Table;
+
+/// How much event time passes before an event is paired: the most a row
+/// may reach the recorder after rows of other CPUs that are newer than it.
+/// The recorder drains every ring each turn (a turn is at most 100 ms), so a
+/// second is far beyond what it sees; an event later still is paired out
+/// of order and counted in [`Pairing::late`].
+pub const REORDER_NS: i64 = 1_000_000_000;
+
+#[derive(Clone, Copy)]
+struct Switch {
+    ts: i64,
+    cpu: i32,
+    prev_tid: i32,
+    prev_pid: i32,
+    prev_comm: u32,
+    prev_state: u32,
+    next_tid: i32,
+    next_pid: i32,
+    next_comm: u32,
+    next_prio: i32,
+    stack_id: Option<i64>,
+}
+
+#[derive(Clone, Copy)]
+struct Wakeup {
+    ts: i64,
+    tid: i32,
+    pid: i32,
+    comm: u32,
+}
+
+/// The thread on a CPU since its switch-in.
+#[derive(Clone, Copy)]
+struct OnCpu {
+    ts: i64,
+    tid: i32,
+    pid: i32,
+    comm: u32,
+    prio: i32,
+}
+
+/// A thread's last switch-out, waiting for its next switch-in.
+#[derive(Clone, Copy)]
+struct Out {
+    ts: i64,
+    pid: i32,
+    comm: u32,
+    state: u32,
+    cpu: i32,
+    stack_id: Option<i64>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ThreadState {
+    out: Option<Out>,
+    wakeup: Option<Wakeup>,
+}
+
+/// Names (`comm`, `prev_state`) as small integers, so events stay `Copy`.
+#[derive(Default)]
+struct Names {
+    ids: HashMap<Box<str>, u32>,
+    names: Vec<Box<str>>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.into());
+        self.ids.insert(name.into(), id);
+        id
+    }
+
+    fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+
+    /// Every value of a string or dictionary column as ids.
+    fn column(&mut self, batch: &RecordBatch, column: &str) -> Result<Vec<u32>, ArrowError> {
+        let array = column_of(batch, column)?;
+        if let Some(dict) = array.as_dictionary_opt::<Int32Type>() {
+            let values = dict.values().as_string::<i32>();
+            let ids: Vec<u32> = (0..values.len())
+                .map(|i| self.id(values.value(i)))
+                .collect();
+            return Ok(dict
+                .keys()
+                .iter()
+                .map(|k| k.map_or_else(|| self.id(""), |k| ids[k as usize]))
+                .collect());
+        }
+        let strings = array
+            .as_string_opt::<i32>()
+            .ok_or_else(|| wrong_type(column))?;
+        Ok((0..strings.len())
+            .map(|i| {
+                self.id(if strings.is_null(i) {
+                    ""
+                } else {
+                    strings.value(i)
+                })
+            })
+            .collect())
+    }
+}
+
+fn column_of<'a>(batch: &'a RecordBatch, column: &str) -> Result<&'a ArrayRef, ArrowError> {
+    batch
+        .column_by_name(column)
+        .ok_or_else(|| ArrowError::SchemaError(format!("no column {column}")))
+}
+
+fn wrong_type(column: &str) -> ArrowError {
+    ArrowError::SchemaError(format!("column {column} has an unexpected type"))
+}
+
+fn i32s(batch: &RecordBatch, column: &str) -> Result<Vec<i32>, ArrowError> {
+    let array = column_of(batch, column)?
+        .as_primitive_opt::<Int32Type>()
+        .ok_or_else(|| wrong_type(column))?;
+    Ok(array.iter().map(Option::unwrap_or_default).collect())
+}
+
+fn timestamps(batch: &RecordBatch) -> Result<Vec<i64>, ArrowError> {
+    let array = column_of(batch, "ts")?
+        .as_primitive_opt::<TimestampNanosecondType>()
+        .ok_or_else(|| wrong_type("ts"))?;
+    Ok(array.iter().map(Option::unwrap_or_default).collect())
+}
+
+/// Appends `event` to a stream that should be in time order; keeps it so
+/// (rarely needed) when it is not.
+fn push_in_order<T: Copy>(queue: &mut VecDeque<T>, event: T, ts: impl Fn(&T) -> i64) {
+    let at = ts(&event);
+    if queue.back().is_none_or(|last| ts(last) <= at) {
+        queue.push_back(event);
+    } else {
+        let position = queue.partition_point(|e| ts(e) <= at);
+        queue.insert(position, event);
+    }
+}
+
+/// Which stream a merge head belongs to: wakeups sort before switches at
+/// the same instant.
+const WAKEUPS: u8 = 0;
+const SWITCHES: u8 = 1;
+
+/// Builders of one output table's rows.
+struct Rows {
+    table: &'static Table,
+    ts: TimestampNanosecondBuilder,
+    ts_end: TimestampNanosecondBuilder,
+    dur: Int64Builder,
+    ints: Vec<Int32Builder>,
+    names: Vec<StringDictionaryBuilder<Int32Type>>,
+    stack_id: Int64Builder,
+}
+
+impl Rows {
+    fn new(table: &'static Table) -> Rows {
+        let count = |kind| table.columns.iter().filter(|c| c.kind == kind).count();
+        Rows {
+            table,
+            ts: TimestampNanosecondBuilder::new(),
+            ts_end: TimestampNanosecondBuilder::new(),
+            dur: Int64Builder::new(),
+            ints: (0..count(crate::ColumnType::Int32))
+                .map(|_| Int32Builder::new())
+                .collect(),
+            names: (0..count(crate::ColumnType::Name))
+                .map(|_| StringDictionaryBuilder::new())
+                .collect(),
+            stack_id: Int64Builder::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ts.len()
+    }
+
+    /// One row: start, end, then the Int32 and Name columns in schema order.
+    fn push(&mut self, ts: i64, ts_end: i64, ints: &[i32], names: &[&str]) {
+        self.ts.append_value(ts);
+        self.ts_end.append_value(ts_end);
+        self.dur.append_value(ts_end - ts);
+        for (builder, &v) in self.ints.iter_mut().zip(ints) {
+            builder.append_value(v);
+        }
+        for (builder, v) in self.names.iter_mut().zip(names) {
+            builder.append_value(v);
+        }
+    }
+
+    fn finish(&mut self) -> RecordBatch {
+        let utc = |b: &mut TimestampNanosecondBuilder| -> ArrayRef {
+            Arc::new(b.finish().with_timezone("UTC"))
+        };
+        let (mut ints, mut names) = (self.ints.iter_mut(), self.names.iter_mut());
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.table.columns.len());
+        for (i, column) in self.table.columns.iter().enumerate() {
+            use crate::ColumnType::*;
+            columns.push(match (i, column.kind) {
+                (0, Timestamp) => utc(&mut self.ts),
+                (_, Timestamp) => utc(&mut self.ts_end),
+                (_, Int64) if column.nullable => Arc::new(self.stack_id.finish()),
+                (_, Int64) => Arc::new(self.dur.finish()),
+                (_, Int32) => Arc::new(ints.next().expect("an Int32 builder").finish()),
+                (_, Name) => Arc::new(names.next().expect("a Name builder").finish()),
+                (_, kind) => unreachable!("derived tables have no {kind:?} column"),
+            });
+        }
+        RecordBatch::try_new(self.table.schema(), columns).expect("rows match their table")
+    }
+}
+
+/// The pairing pass. Feed it batches with [`Pairing::push_switches`] and
+/// [`Pairing::push_wakeups`], let it pair what is old enough with
+/// [`Pairing::advance`] (or everything, at the end, with
+/// [`Pairing::finish`]), and take the rows with [`Pairing::take`].
+pub struct Pairing {
+    names: Names,
+    switches: Vec<VecDeque<Switch>>,
+    wakeups: Vec<VecDeque<Wakeup>>,
+    /// The head of every non-empty stream: (ts, kind, CPU).
+    heads: BinaryHeap<Reverse<(i64, u8, usize)>>,
+    newest: i64,
+    /// The last instant paired, and how many events came in before it.
+    paired_until: i64,
+    late: u64,
+    /// Session starts still ahead: state is dropped when one is crossed.
+    session_starts: VecDeque<i64>,
+    on_cpu: Vec<Option<OnCpu>>,
+    threads: HashMap<i32, ThreadState>,
+    /// The events of one instant, taken from the streams together.
+    instant: Vec<(u8, usize)>,
+    slices: Rows,
+    off_cpu: Rows,
+    runq: Rows,
+}
+
+impl Pairing {
+    /// A pass over a recording whose sessions (recorder runs) started at
+    /// `session_starts` (UTC ns): no interval is paired across one.
+    pub fn new(mut session_starts: Vec<i64>) -> Pairing {
+        session_starts.sort_unstable();
+        Pairing {
+            names: Names::default(),
+            switches: Vec::new(),
+            wakeups: Vec::new(),
+            heads: BinaryHeap::new(),
+            newest: i64::MIN,
+            paired_until: i64::MIN,
+            late: 0,
+            session_starts: session_starts.into(),
+            on_cpu: Vec::new(),
+            threads: HashMap::new(),
+            instant: Vec::new(),
+            slices: Rows::new(&CPU_SLICE),
+            off_cpu: Rows::new(&OFF_CPU_INTERVAL),
+            runq: Rows::new(&RUNQ_WAIT),
+        }
+    }
+
+    /// Events that arrived after later ones were already paired (more than
+    /// [`REORDER_NS`] late): paired out of order.
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    /// Threads with state held (a switch-out or wakeup awaiting its pair).
+    pub fn threads_held(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Rows waiting in the reorder window.
+    pub fn pending(&self) -> usize {
+        self.switches.iter().map(VecDeque::len).sum::<usize>()
+            + self.wakeups.iter().map(VecDeque::len).sum::<usize>()
+    }
+
+    /// Rows finished and not yet taken, over all three tables.
+    pub fn finished_rows(&self) -> usize {
+        self.slices.len() + self.off_cpu.len() + self.runq.len()
+    }
+
+    /// Adds `sched_switch` rows (any projection holding the columns used).
+    pub fn push_switches(&mut self, batch: &RecordBatch) -> Result<(), ArrowError> {
+        let ts = timestamps(batch)?;
+        let cpu = i32s(batch, "cpu")?;
+        let prev_tid = i32s(batch, "prev_tid")?;
+        let prev_pid = i32s(batch, "prev_pid")?;
+        let next_tid = i32s(batch, "next_tid")?;
+        let next_pid = i32s(batch, "next_pid")?;
+        let next_prio = i32s(batch, "next_prio")?;
+        let prev_comm = self.names.column(batch, "prev_comm")?;
+        let prev_state = self.names.column(batch, "prev_state")?;
+        let next_comm = self.names.column(batch, "next_comm")?;
+        let stack_id = batch
+            .column_by_name("stack_id")
+            .and_then(|a| a.as_primitive_opt::<Int64Type>());
+        for i in 0..batch.num_rows() {
+            let c = cpu[i].max(0) as usize;
+            let event = Switch {
+                ts: ts[i],
+                cpu: cpu[i],
+                prev_tid: prev_tid[i],
+                prev_pid: prev_pid[i],
+                prev_comm: prev_comm[i],
+                prev_state: prev_state[i],
+                next_tid: next_tid[i],
+                next_pid: next_pid[i],
+                next_comm: next_comm[i],
+                next_prio: next_prio[i],
+                stack_id: stack_id.and_then(|s| (!s.is_null(i)).then(|| s.value(i))),
+            };
+            if self.switches.len() <= c {
+                self.switches.resize_with(c + 1, VecDeque::new);
+            }
+            self.note(event.ts, SWITCHES, c, self.switches[c].is_empty());
+            push_in_order(&mut self.switches[c], event, |e| e.ts);
+        }
+        Ok(())
+    }
+
+    /// Adds `sched_wakeup` rows (any projection holding the columns used).
+    pub fn push_wakeups(&mut self, batch: &RecordBatch) -> Result<(), ArrowError> {
+        let ts = timestamps(batch)?;
+        let cpu = i32s(batch, "cpu")?;
+        let tid = i32s(batch, "tid")?;
+        let pid = i32s(batch, "pid")?;
+        let comm = self.names.column(batch, "comm")?;
+        for i in 0..batch.num_rows() {
+            let c = cpu[i].max(0) as usize;
+            let event = Wakeup {
+                ts: ts[i],
+                tid: tid[i],
+                pid: pid[i],
+                comm: comm[i],
+            };
+            if self.wakeups.len() <= c {
+                self.wakeups.resize_with(c + 1, VecDeque::new);
+            }
+            self.note(event.ts, WAKEUPS, c, self.wakeups[c].is_empty());
+            push_in_order(&mut self.wakeups[c], event, |e| e.ts);
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping for an event about to join stream (`kind`, `cpu`).
+    fn note(&mut self, ts: i64, kind: u8, cpu: usize, stream_empty: bool) {
+        self.newest = self.newest.max(ts);
+        if ts < self.paired_until {
+            self.late += 1;
+        }
+        if stream_empty {
+            self.heads.push(Reverse((ts, kind, cpu)));
+        }
+    }
+
+    fn head_ts(&self, kind: u8, cpu: usize) -> Option<i64> {
+        match kind {
+            WAKEUPS => self.wakeups[cpu].front().map(|e| e.ts),
+            _ => self.switches[cpu].front().map(|e| e.ts),
+        }
+    }
+
+    /// Pairs every event older than [`REORDER_NS`] before `read_until`:
+    /// the time every source has been read up to (the least, over the
+    /// sources still being read, of the newest row each has given).
+    pub fn advance(&mut self, read_until: i64) {
+        self.pair_until(read_until.min(self.newest).saturating_sub(REORDER_NS));
+    }
+
+    /// Pairs every event left: the recording ends here.
+    pub fn finish(&mut self) {
+        self.pair_until(i64::MAX);
+    }
+
+    fn pair_until(&mut self, limit: i64) {
+        while let Some(&Reverse((ts, kind, cpu))) = self.heads.peek() {
+            // A head can be stale: an out-of-order row went in front of it.
+            if self.head_ts(kind, cpu) != Some(ts) {
+                self.heads.pop();
+                if let Some(actual) = self.head_ts(kind, cpu) {
+                    self.heads.push(Reverse((actual, kind, cpu)));
+                }
+                continue;
+            }
+            if ts >= limit {
+                break;
+            }
+            // Every event of this instant, across all streams.
+            self.instant.clear();
+            while let Some(&Reverse((t, kind, cpu))) = self.heads.peek() {
+                if t != ts || self.head_ts(kind, cpu) != Some(t) {
+                    break;
+                }
+                self.heads.pop();
+                self.instant.push((kind, cpu));
+            }
+            self.pair_instant(ts);
+        }
+        self.paired_until = self.paired_until.max(limit.min(self.newest));
+    }
+
+    fn pair_instant(&mut self, ts: i64) {
+        while self
+            .session_starts
+            .front()
+            .is_some_and(|&start| start <= ts)
+        {
+            self.session_starts.pop_front();
+            self.on_cpu.iter_mut().for_each(|c| *c = None);
+            self.threads.clear();
+        }
+        let mut instant = std::mem::take(&mut self.instant);
+        // Take one event from each stream at this instant; streams with
+        // several events at this instant are visited again by the loop in
+        // `pair_until` (their next head has the same ts).
+        let mut switches = Vec::new();
+        for &(kind, cpu) in &instant {
+            if kind == WAKEUPS {
+                let wakeup = self.wakeups[cpu].pop_front().expect("a head");
+                self.wake(wakeup);
+            } else {
+                switches.push(self.switches[cpu].pop_front().expect("a head"));
+            }
+        }
+        for switch in &switches {
+            self.switch_out(switch);
+        }
+        for switch in &switches {
+            self.switch_in(switch);
+        }
+        for (kind, cpu) in instant.drain(..) {
+            if let Some(next) = self.head_ts(kind, cpu) {
+                self.heads.push(Reverse((next, kind, cpu)));
+            }
+        }
+        self.instant = instant;
+    }
+
+    fn wake(&mut self, wakeup: Wakeup) {
+        self.threads.entry(wakeup.tid).or_default().wakeup = Some(wakeup);
+    }
+
+    fn switch_out(&mut self, s: &Switch) {
+        if s.prev_tid == 0 {
+            return;
+        }
+        let dead = matches!(self.names.name(s.prev_state), "X" | "Z");
+        let out = (!dead).then_some(Out {
+            ts: s.ts,
+            pid: s.prev_pid,
+            comm: s.prev_comm,
+            state: s.prev_state,
+            cpu: s.cpu,
+            stack_id: s.stack_id,
+        });
+        let thread = self.threads.entry(s.prev_tid).or_default();
+        thread.out = out;
+        if dead {
+            self.threads.remove(&s.prev_tid);
+        }
+    }
+
+    fn switch_in(&mut self, s: &Switch) {
+        let cpu = s.cpu.max(0) as usize;
+        if self.on_cpu.len() <= cpu {
+            self.on_cpu.resize(cpu + 1, None);
+        }
+        if let Some(on) = self.on_cpu[cpu].take() {
+            if on.tid == s.prev_tid {
+                self.slices.push(
+                    on.ts,
+                    s.ts,
+                    &[s.cpu, on.tid, on.pid, on.prio],
+                    &[self.names.name(on.comm), self.names.name(s.prev_state)],
+                );
+            }
+        }
+        if s.next_tid == 0 {
+            return;
+        }
+        self.on_cpu[cpu] = Some(OnCpu {
+            ts: s.ts,
+            tid: s.next_tid,
+            pid: s.next_pid,
+            comm: s.next_comm,
+            prio: s.next_prio,
+        });
+        let Some(thread) = self.threads.remove(&s.next_tid) else {
+            return;
+        };
+        if let Some(out) = thread.out {
+            self.off_cpu.push(
+                out.ts,
+                s.ts,
+                &[s.next_tid, out.pid, out.cpu, s.cpu],
+                &[self.names.name(out.comm), self.names.name(out.state)],
+            );
+            self.off_cpu.stack_id.append_option(out.stack_id);
+        }
+        if let Some(wakeup) = thread.wakeup {
+            self.runq.push(
+                wakeup.ts,
+                s.ts,
+                &[s.next_tid, wakeup.pid, s.cpu],
+                &[self.names.name(wakeup.comm)],
+            );
+        }
+    }
+
+    /// The rows finished so far, one batch per derived table in the order
+    /// of [`crate::derived::DERIVED_TABLES`], in the order they finished
+    /// (not sorted by `ts`).
+    pub fn take(&mut self) -> [RecordBatch; 3] {
+        [
+            self.slices.finish(),
+            self.off_cpu.finish(),
+            self.runq.finish(),
+        ]
+    }
+}
