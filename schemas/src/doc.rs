@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::{layout, tables::TABLES, views::VIEWS, SCHEMA_VERSION};
+use crate::{all_tables, derived, layout, views::VIEWS, SCHEMA_VERSION};
 
 pub fn render_schema_md() -> String {
     let mut out = String::new();
@@ -37,9 +37,16 @@ pub fn render_schema_md() -> String {
          `ts` is UTC in nanoseconds. Within a row group, rows are sorted by the table's sort key."
     );
     let _ = writeln!(w);
+    let _ = writeln!(
+        w,
+        "Tables of group `{}` are not recorded but derived from the recorded ones by \
+         `hindsight index` (see below, and the module doc of `schemas/src/derived.rs`).",
+        derived::DERIVED_GROUP
+    );
+    let _ = writeln!(w);
     let _ = writeln!(w, "| table | filled by `--events` | sort key |");
     let _ = writeln!(w, "|---|---|---|");
-    for t in TABLES {
+    for t in all_tables() {
         let _ = writeln!(
             w,
             "| [`{0}`](#{0}) | `{1}` | {2} |",
@@ -48,7 +55,13 @@ pub fn render_schema_md() -> String {
             t.sort_key.join(", ")
         );
     }
-    for t in TABLES {
+    for t in all_tables() {
+        if t.name == derived::DERIVED_TABLES[0].name {
+            let _ = writeln!(w);
+            let _ = writeln!(w, "# Derived tables");
+            let _ = writeln!(w);
+            let _ = writeln!(w, "{}", derived_contract());
+        }
         let _ = writeln!(w);
         let _ = writeln!(w, "## {}", t.name);
         let _ = writeln!(w);
@@ -83,6 +96,29 @@ pub fn render_schema_md() -> String {
         let _ = writeln!(w, "```");
     }
     out
+}
+
+/// The contract every derived table shares, for people.
+fn derived_contract() -> &'static str {
+    "Written by `hindsight index DIR` beside the raw tables, as plain Parquet: \
+     `<table>/<name>.parquet` for every closed `sched_switch` chunk `<name>.parquet`, holding the rows \
+     whose pairing completed while that chunk was read (a row's `ts` may lie in an earlier chunk); a \
+     recording is *indexed* when every `sched_switch` chunk has its file in each derived table, and \
+     only then do reports read them. Row groups are sorted by `ts` and carry page statistics.\n\n\
+     What pairs with what is exactly what the views `cpu_time`, `off_cpu` and `runq_latency` pair \
+     (below), in one pass over the events in time order, so each derived table equals its view row \
+     for row, except at these edges:\n\n\
+     - **Chunk edges** are invisible: the pass carries open intervals from one chunk to the next, and \
+     pairs an event only once every source has been read one second past it, so rows that reached \
+     the recorder late still pair in time order (`hindsight index` reports any later than that).\n\
+     - **A recorder restart** (a new session in `recording.json`) ends every open interval unpaired: \
+     no row spans the gap, while the views pair across it.\n\
+     - **A dead thread** (`prev_state` `X` or `Z`) has no off-CPU interval after its last switch-out, \
+     since its tid may be reused.\n\
+     - **The end of the recording** leaves open intervals unpaired, as the views do.\n\
+     - **Lost events** (`loss` rows for `sched_switch`, `sched_wakeup`) pair whatever events surround \
+     them, as the views do: a slice whose end names another thread is dropped, an off-CPU interval or \
+     a wait may come out too long. Reports print the loss beside each interval."
 }
 
 fn write_columns(w: &mut String, columns: &[crate::Column]) {

@@ -555,3 +555,224 @@ impl Pairing {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::{SCHED_SWITCH, SCHED_WAKEUP};
+    use arrow::array::{
+        BooleanArray, DictionaryArray, Int32Array, Int64Array, TimestampNanosecondArray,
+    };
+
+    /// `(ts, cpu, prev_tid, prev_state, next_tid)`; pid = tid, comm `t<tid>`.
+    type Sw = (i64, i32, i32, &'static str, i32);
+    /// `(ts, cpu, tid)`.
+    type Wk = (i64, i32, i32);
+
+    fn names(values: impl Iterator<Item = String>) -> ArrayRef {
+        let values: Vec<String> = values.collect();
+        Arc::new(
+            values
+                .iter()
+                .map(String::as_str)
+                .collect::<DictionaryArray<Int32Type>>(),
+        )
+    }
+
+    fn utc(ts: impl Iterator<Item = i64>) -> ArrayRef {
+        Arc::new(TimestampNanosecondArray::from_iter_values(ts).with_timezone("UTC"))
+    }
+
+    fn switches(rows: &[Sw]) -> RecordBatch {
+        let int = |f: fn(&Sw) -> i32| -> ArrayRef {
+            Arc::new(rows.iter().map(f).collect::<Int32Array>())
+        };
+        RecordBatch::try_new(
+            SCHED_SWITCH.schema(),
+            vec![
+                utc(rows.iter().map(|r| r.0)),
+                int(|r| r.1),
+                int(|r| r.2),
+                int(|r| r.2),
+                names(rows.iter().map(|r| format!("t{}", r.2))),
+                names(rows.iter().map(|r| r.3.to_owned())),
+                int(|_| 120),
+                int(|r| r.4),
+                int(|r| r.4),
+                names(rows.iter().map(|r| format!("t{}", r.4))),
+                int(|_| 120),
+                Arc::new(Int64Array::from(vec![None; rows.len()])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn wakeups(rows: &[Wk]) -> RecordBatch {
+        let int = |f: fn(&Wk) -> i32| -> ArrayRef {
+            Arc::new(rows.iter().map(f).collect::<Int32Array>())
+        };
+        RecordBatch::try_new(
+            SCHED_WAKEUP.schema(),
+            vec![
+                utc(rows.iter().map(|r| r.0)),
+                int(|r| r.1),
+                int(|r| r.2),
+                int(|r| r.2),
+                names(rows.iter().map(|r| format!("t{}", r.2))),
+                int(|r| r.1),
+                int(|_| 0),
+                int(|_| 0),
+                Arc::new(BooleanArray::from(vec![false; rows.len()])),
+                int(|_| 120),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Each output table as `(ts, end, tid, text)` rows sorted by `ts`:
+    /// text is `end_state`, `state` or `comm`.
+    fn rows(batch: &RecordBatch, tid: usize, text: usize) -> Vec<(i64, i64, i32, String)> {
+        let ts = batch.column(0).as_primitive::<TimestampNanosecondType>();
+        let end = batch.column(1).as_primitive::<TimestampNanosecondType>();
+        let tids = batch.column(tid).as_primitive::<Int32Type>();
+        let text =
+            arrow::compute::cast(batch.column(text), &arrow::datatypes::DataType::Utf8).unwrap();
+        let text = text.as_string::<i32>();
+        let mut out: Vec<_> = (0..batch.num_rows())
+            .map(|i| {
+                (
+                    ts.value(i),
+                    end.value(i),
+                    tids.value(i),
+                    text.value(i).to_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    type Out = Vec<(i64, i64, i32, String)>;
+
+    fn pair(batches: &[(&[Sw], &[Wk])], sessions: Vec<i64>) -> (Out, Out, Out, u64) {
+        let mut pairing = Pairing::new(sessions);
+        let mut all: Vec<[RecordBatch; 3]> = Vec::new();
+        for (sw, wk) in batches {
+            pairing.push_switches(&switches(sw)).unwrap();
+            pairing.push_wakeups(&wakeups(wk)).unwrap();
+            pairing.advance(i64::MAX);
+            all.push(pairing.take());
+        }
+        pairing.finish();
+        all.push(pairing.take());
+        let concat = |i: usize| {
+            let parts: Vec<RecordBatch> = all.iter().map(|b| b[i].clone()).collect();
+            arrow::compute::concat_batches(&parts[0].schema(), &parts).unwrap()
+        };
+        (
+            rows(&concat(0), 4, 8),
+            rows(&concat(1), 3, 6),
+            rows(&concat(2), 3, 5),
+            pairing.late(),
+        )
+    }
+
+    const S: i64 = REORDER_NS;
+
+    #[test]
+    fn pairs_slices_off_cpu_intervals_and_waits_like_the_views() {
+        // Thread 7 runs on CPU 0, blocks, is woken, runs on CPU 1.
+        let sw: &[Sw] = &[
+            (10, 0, 0, "R", 7),
+            (20, 0, 7, "S", 0),
+            (35, 1, 0, "R", 7),
+            (50, 1, 7, "R", 8),
+        ];
+        let wk: &[Wk] = &[(30, 0, 7)];
+        let (slices, off, runq, late) = pair(&[(sw, wk)], vec![]);
+        assert_eq!(
+            slices,
+            vec![(10, 20, 7, "S".into()), (35, 50, 7, "R".into())]
+        );
+        assert_eq!(off, vec![(20, 35, 7, "S".into())]);
+        assert_eq!(runq, vec![(30, 35, 7, "t7".into())]);
+        assert_eq!(late, 0);
+    }
+
+    #[test]
+    fn a_slice_whose_end_names_another_thread_is_left_out() {
+        // A switch-in of 9 was lost: 7's slice ends with 9 leaving.
+        let sw: &[Sw] = &[(10, 0, 0, "R", 7), (20, 0, 9, "S", 0)];
+        let (slices, off, _, _) = pair(&[(sw, &[])], vec![]);
+        assert!(slices.is_empty());
+        assert!(off.is_empty(), "9 never came back");
+    }
+
+    #[test]
+    fn the_last_wakeup_and_the_last_switch_out_count() {
+        let sw: &[Sw] = &[(10, 0, 7, "S", 0), (12, 0, 7, "D", 0), (40, 1, 0, "R", 7)];
+        let wk: &[Wk] = &[(20, 0, 7), (30, 0, 7)];
+        let (_, off, runq, _) = pair(&[(sw, wk)], vec![]);
+        assert_eq!(off, vec![(12, 40, 7, "D".into())]);
+        assert_eq!(runq, vec![(30, 40, 7, "t7".into())]);
+    }
+
+    #[test]
+    fn at_one_instant_wakeups_then_switch_outs_then_switch_ins() {
+        // 7 leaves CPU 1 and enters CPU 0 at the same nanosecond (rows in
+        // the opposite order), woken at that instant too.
+        let sw: &[Sw] = &[(5, 1, 0, "R", 7), (10, 0, 0, "R", 7), (10, 1, 7, "R", 0)];
+        let wk: &[Wk] = &[(10, 1, 7)];
+        let (_, off, runq, _) = pair(&[(sw, wk)], vec![]);
+        assert_eq!(off, vec![(10, 10, 7, "R".into())]);
+        assert_eq!(runq, vec![(10, 10, 7, "t7".into())]);
+    }
+
+    #[test]
+    fn rows_late_within_the_window_pair_in_time_order() {
+        // The wakeup of 7 arrives a batch after its switch-in, 0.2 s late.
+        let first: &[Sw] = &[(10, 0, 7, "S", 0), (2 * S, 1, 0, "R", 7)];
+        let late_wakeup: &[Wk] = &[(2 * S - S / 5, 0, 7)];
+        let mut pairing = Pairing::new(vec![]);
+        pairing.push_switches(&switches(first)).unwrap();
+        pairing.advance(2 * S);
+        pairing.push_wakeups(&wakeups(late_wakeup)).unwrap();
+        pairing.finish();
+        let [_, _, runq] = pairing.take();
+        assert_eq!(
+            rows(&runq, 3, 5),
+            vec![(2 * S - S / 5, 2 * S, 7, "t7".into())]
+        );
+        assert_eq!(pairing.late(), 0);
+        // Beyond the window it is counted.
+        let mut pairing = Pairing::new(vec![]);
+        pairing.push_switches(&switches(first)).unwrap();
+        pairing.advance(i64::MAX);
+        pairing
+            .push_wakeups(&wakeups(&[(10 + S / 2, 0, 7)]))
+            .unwrap();
+        assert_eq!(pairing.late(), 1);
+    }
+
+    #[test]
+    fn nothing_pairs_across_a_restart_or_after_a_dead_thread() {
+        let sw: &[Sw] = &[
+            (10, 0, 7, "S", 0),
+            (30, 0, 0, "R", 7),
+            (40, 0, 7, "X", 0),
+            (50, 0, 0, "R", 7),
+        ];
+        let (_, off, _, _) = pair(&[(sw, &[])], vec![0, 20]);
+        assert!(off.is_empty(), "{off:?}");
+    }
+
+    #[test]
+    fn state_carries_from_one_batch_to_the_next() {
+        let a: &[Sw] = &[(10, 0, 0, "R", 7)];
+        let b: &[Sw] = &[(3 * S, 0, 7, "S", 0)];
+        let c: &[Sw] = &[(6 * S, 1, 0, "R", 7)];
+        let (slices, off, _, _) = pair(&[(a, &[]), (b, &[]), (c, &[])], vec![]);
+        assert_eq!(slices, vec![(10, 3 * S, 7, "S".into())]);
+        assert_eq!(off, vec![(3 * S, 6 * S, 7, "S".into())]);
+    }
+}
