@@ -70,13 +70,32 @@ pub fn writer_properties(
         .map(|(k, v)| KeyValue::new(k, v))
         .collect();
     let ts = ColumnPath::from("ts");
-    WriterProperties::builder()
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).expect("valid zstd level"),
         ))
         .set_column_dictionary_enabled(ts.clone(), false)
         .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
-        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_statistics_enabled(EnabledStatistics::Chunk);
+    if table.group == crate::derived::DERIVED_GROUP {
+        // Derived rows are sorted by `ts` only: their ends and durations
+        // are near-unique numbers that dictionaries cannot shrink (4x the
+        // raw events' bytes with them, measured), and page statistics let
+        // a time window skip most of each row group.
+        for column in table.columns.iter().filter(|c| {
+            matches!(
+                c.kind,
+                crate::ColumnType::Timestamp | crate::ColumnType::Int64
+            )
+        }) {
+            let path = ColumnPath::from(column.name);
+            builder = builder
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        }
+        builder = builder.set_statistics_enabled(EnabledStatistics::Page);
+    }
+    builder
         .set_max_row_group_row_count(Some(usize::MAX))
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))

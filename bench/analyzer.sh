@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# analyzer.sh: how long hindsight takes to answer over a big recording, and
+# in how much memory, beside DuckDB answering the same questions over the
+# same files in the same run.
+#
+# Questions (each a hindsight command and DuckDB's equivalent SQL):
+#   index        `hindsight index` (pairing once; DuckDB has no equivalent)
+#   runqlat      `report runqlat --interval 10s --top 3` over the whole recording;
+#                DuckDB pairs wakeup -> switch-in per thread with lead() over the
+#                raw tables, as the runq_latency view does, and bins log2 slots
+#   runqlat-10s  the same on a 10 s window in the middle (--from/--to)
+#   timeline     `report timeline --interval 10s` (DuckDB: no equivalent)
+#   count        `SELECT count(*) FROM runq_wait` against DuckDB counting the same
+#                Parquet files
+#   raw-runqlat  (RAW=1 only) runqlat before indexing, from the views: minutes
+#
+# Rounds are interleaved (hindsight, DuckDB, hindsight, DuckDB, ...) and the
+# summary takes medians. Wall time and peak RSS come from /usr/bin/time.
+#
+# Usage, as root from the repository, after `cargo build --release`:
+#   bench/analyzer.sh REC                 # an existing recording (indexed by the script)
+#   RECORD=90 bench/analyzer.sh REC       # first record a 90 s switch storm into REC
+#   ROUNDS=5 RAW=1 bench/analyzer.sh REC
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=${BIN:-$repo/target/release}
+rounds=${ROUNDS:-3}
+rec=${1:?usage: bench/analyzer.sh RECORDING}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+python3 -c 'import duckdb' 2>/dev/null || python3 -m pip install --quiet duckdb
+
+if [ -n "${RECORD:-}" ]; then
+  rm -rf "$rec"
+  "$bin/hindsight-record" -o "$rec" -d "${RECORD}s" --events sched 2>"$work/record.log" &
+  recorder=$!
+  sleep 2
+  end=$((SECONDS + RECORD - 4))
+  while [ $SECONDS -lt $end ]; do "$bin/hs-pingpong" --rounds 200000 >/dev/null; done
+  wait $recorder
+fi
+
+# `measure NAME CMD...`: one timed run; appends "NAME seconds kib" to results.
+measure() {
+  local name=$1
+  shift
+  /usr/bin/time -f '%e %M' -o "$work/time" "$@" >"$work/out" 2>"$work/err" || {
+    echo "$name failed:" >&2
+    cat "$work/err" >&2
+    return 1
+  }
+  echo "$name $(cat "$work/time")" >>"$work/results"
+}
+
+cat >"$work/duck.py" <<'PY'
+import sys, duckdb
+rec, sql = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+con.execute("SET threads = 2")
+con.sql(sql.replace("REC", rec)).fetchall()
+PY
+duck=(python3 "$work/duck.py" "$rec")
+
+range=$("$bin/hindsight" sql "$rec" -f csv \
+  "SELECT CAST(min(ts) AS BIGINT) / 1000000000, CAST(max(ts) AS BIGINT) / 1000000000 FROM sched_switch" | tail -1)
+first=${range%,*}
+last=${range#*,}
+mid=$(((first + last) / 2 / 10 * 10))
+from=$(date -u -d "@$mid" +%Y-%m-%dT%H:%M:%SZ)
+to=$(date -u -d "@$((mid + 10))" +%Y-%m-%dT%H:%M:%SZ)
+switches=$("$bin/hindsight" sql "$rec" -f csv "SELECT count(*) FROM sched_switch" | tail -1)
+wakeups=$("$bin/hindsight" sql "$rec" -f csv "SELECT count(*) FROM sched_wakeup" | tail -1)
+
+slot="CASE WHEN lat < 2000 THEN 0 ELSE CAST(floor(log2(lat / 1000)) AS BIGINT) END"
+duck_raw_runqlat() {
+  local where=$1
+  echo "WITH ev AS (
+    SELECT ts, tid, pid, FALSE AS is_run FROM read_parquet('REC/sched_wakeup/*.parquet') $where
+    UNION ALL
+    SELECT ts, next_tid, next_pid, TRUE FROM read_parquet('REC/sched_switch/*.parquet')
+    WHERE next_tid <> 0 ${where/WHERE/AND}),
+  e AS (SELECT ts, pid, is_run, lead(ts) OVER w AS ts_run, lead(is_run) OVER w AS next_run
+        FROM ev WINDOW w AS (PARTITION BY tid ORDER BY ts, is_run)),
+  waits AS (SELECT time_bucket(INTERVAL '10 seconds', ts) AS b, pid,
+                   epoch_ns(ts_run) - epoch_ns(ts) AS lat
+            FROM e WHERE NOT is_run AND next_run)
+  SELECT b, $slot AS slot, count(*), sum(lat) FROM waits GROUP BY ALL ORDER BY ALL"
+}
+window="WHERE ts >= TIMESTAMPTZ '$from' AND ts < TIMESTAMPTZ '$to'"
+
+if [ -n "${RAW:-}" ]; then
+  rm -rf "$rec"/cpu_slice "$rec"/off_cpu_interval "$rec"/runq_wait
+  measure raw-runqlat:hindsight "$bin/hindsight" report runqlat "$rec" --interval 10s --top 3
+  measure raw-runqlat:duckdb "${duck[@]}" "$(duck_raw_runqlat "")"
+fi
+measure index:hindsight "$bin/hindsight" index --force "$rec"
+bytes_derived=$(du -cb "$rec"/cpu_slice "$rec"/off_cpu_interval "$rec"/runq_wait | tail -1 | cut -f1)
+bytes_raw=$(du -cb "$rec"/sched_switch "$rec"/sched_wakeup | tail -1 | cut -f1)
+
+for _ in $(seq "$rounds"); do
+  measure runqlat:hindsight "$bin/hindsight" report runqlat "$rec" --interval 10s --top 3
+  measure runqlat:duckdb "${duck[@]}" "$(duck_raw_runqlat "")"
+  measure runqlat-10s:hindsight "$bin/hindsight" report runqlat "$rec" --interval 10s --top 3 --from "$from" --to "$to"
+  measure runqlat-10s:duckdb "${duck[@]}" "$(duck_raw_runqlat "$window")"
+  measure timeline:hindsight "$bin/hindsight" report timeline "$rec" --interval 10s
+  measure count:hindsight "$bin/hindsight" sql "$rec" "SELECT count(*) FROM runq_wait"
+  measure count:duckdb "${duck[@]}" "SELECT count(*) FROM read_parquet('REC/runq_wait/*.parquet')"
+done
+
+echo "recording: $rec, $switches switches, $wakeups wakeups; raw sched tables $((bytes_raw >> 20)) MiB, derived tables $((bytes_derived >> 20)) MiB"
+echo "window: $from .. $to; rounds: $rounds; $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%MZ)"
+python3 - "$work/results" <<'EOF'
+import sys, statistics, collections
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, secs, kib = line.split()
+    runs[name].append((float(secs), int(kib)))
+med = {k: (statistics.median(s for s, _ in v), statistics.median(m for _, m in v)) for k, v in runs.items()}
+print(f"{'question':<14} {'hindsight s':>12} {'RSS MiB':>8} {'DuckDB s':>9} {'RSS MiB':>8} {'time ratio':>10}")
+for q in dict.fromkeys(k.split(':')[0] for k in runs):
+    h, d = med.get(q + ':hindsight'), med.get(q + ':duckdb')
+    cell = lambda m: (f"{m[0]:>12.2f} {m[1] / 1024:>8.0f}" if m else f"{'-':>12} {'-':>8}")
+    ratio = f"{h[0] / d[0]:>10.2f}" if h and d else f"{'-':>10}"
+    dd = f"{d[0]:>9.2f} {d[1] / 1024:>8.0f}" if d else f"{'-':>9} {'-':>8}"
+    print(f"{q:<14} {cell(h)} {dd} {ratio}")
+EOF
