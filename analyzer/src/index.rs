@@ -195,7 +195,7 @@ struct Input {
     path: PathBuf,
     switches: bool,
     reader: ParquetRecordBatchReader,
-    /// The newest `ts` read so far.
+    /// How far every CPU's rows have been read ([`read_until`]).
     newest: i64,
     done: bool,
     /// For progress: the file's bytes over its rows.
@@ -262,17 +262,33 @@ impl Input {
             }
             Some(batch) => {
                 let batch = batch.with_context(|| format!("reading {}", self.path.display()))?;
-                if let Some(ts) = batch
-                    .column_by_name("ts")
-                    .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
-                    .and_then(arrow::compute::max)
-                {
+                if let Some(ts) = read_until(&batch) {
                     self.newest = self.newest.max(ts);
                 }
                 Ok(Some(batch))
             }
         }
     }
+}
+
+/// How far a batch has read every CPU's stream: the least, over the CPUs
+/// in it, of the newest `ts` of that CPU. A row group is sorted by `cpu, ts`
+/// and may span more than the pairing's reorder window (32 K rows of a
+/// quiet host are minutes), so its newest row says nothing of the CPUs
+/// whose rows come next in the file.
+fn read_until(batch: &RecordBatch) -> Option<i64> {
+    let ts = batch
+        .column_by_name("ts")?
+        .as_primitive_opt::<TimestampNanosecondType>()?;
+    let cpu = batch
+        .column_by_name("cpu")?
+        .as_primitive_opt::<arrow::datatypes::Int32Type>()?;
+    let mut newest: BTreeMap<i32, i64> = BTreeMap::new();
+    for (cpu, ts) in cpu.values().iter().zip(ts.values()) {
+        let entry = newest.entry(*cpu).or_insert(*ts);
+        *entry = (*entry).max(*ts);
+    }
+    newest.into_values().min()
 }
 
 /// The open derived files of one chunk name.

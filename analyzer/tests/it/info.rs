@@ -35,7 +35,10 @@ fn counts_and_time_range_match_the_fixture() {
             ("cpu_sample", 0, 0),
             ("stack", 0, 0),
             ("frame", 0, 0),
-            ("loss", 0, 0)
+            ("loss", 0, 0),
+            ("cpu_slice", 0, 0),
+            ("off_cpu_interval", 0, 0),
+            ("runq_wait", 0, 0)
         ]
     );
     let switch = &summary.tables[0];

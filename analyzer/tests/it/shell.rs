@@ -45,10 +45,11 @@ fn a_scripted_session_lists_describes_and_runs_multi_line_statements() {
     assert!(out.status.success(), "{stderr}");
     // \d: every table and view, with its kind.
     for line in [
-        "sched_switch  table",
-        "counter       table",
-        "cpu_time      view",
-        "counter_rate  view",
+        "sched_switch      table",
+        "counter           table",
+        "runq_wait         table",
+        "cpu_time          view",
+        "counter_rate      view",
     ] {
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
