@@ -10,9 +10,7 @@
 //! was, or indexed only in part, which reads as not indexed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::BufWriter;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -21,21 +19,18 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::{sort_to_indices, take_record_batch};
 use arrow::datatypes::TimestampNanosecondType;
 use hindsight_schemas::derived::{self, DERIVED_TABLES};
+use hindsight_schemas::layout;
 use hindsight_schemas::pairing::Pairing;
-use hindsight_schemas::{layout, Table};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::arrow::ProjectionMask;
 
+use crate::chunk_file::{self, stamp_of, ChunkWriter, Stamp};
 use crate::progress::Progress;
 use crate::recording::Recording;
 use crate::report::parse_time;
-use crate::slice::files::{stamp_of, Stamp};
 
 /// Rows of a derived table sorted and written as one row group.
 const ROW_GROUP_ROWS: usize = 128 * 1024;
-
-/// Mode of the files written: recordings hold command lines.
-const FILE_MODE: u32 = 0o640;
 
 /// What an index run did.
 #[derive(Debug, Default)]
@@ -75,12 +70,7 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
         .filter_map(|s| parse_time(&s.started).ok())
         .collect();
     let mut pairing = Pairing::new(sessions);
-    let bytes_total: u64 = slices
-        .values()
-        .flat_map(|s| [&s.switches, &s.wakeups])
-        .flatten()
-        .map(|c| fs::metadata(c).map_or(0, |m| m.len()))
-        .sum();
+    let bytes_total: u64 = slices.values().map(|s| s.bytes).sum();
     let mut progress = Progress::bytes("indexing", bytes_total);
     let mut summary = Summary {
         rows: DERIVED_TABLES.iter().map(|t| (t.name, 0)).collect(),
@@ -96,7 +86,7 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
     };
     let mut written = BTreeSet::new();
     let mut open: Option<Outputs> = None;
-    for (name, slice) in &slices {
+    for (i, (name, slice)) in slices.iter().enumerate() {
         if slice.switches.is_some() && open.is_none() {
             open = Some(Outputs::create(dir, name, &stamp)?);
         }
@@ -138,8 +128,7 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
                 }
             }
         }
-        let last = std::ptr::eq(slice, slices.values().next_back().expect("this one"));
-        if last {
+        if i + 1 == slices.len() {
             pairing.finish();
         }
         if slice.switches.is_some() {
@@ -165,6 +154,8 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
 struct Slice {
     switches: Option<PathBuf>,
     wakeups: Option<PathBuf>,
+    /// Both files' size, for progress.
+    bytes: u64,
 }
 
 /// Every chunk name of `sched_switch` and `sched_wakeup`, in time order.
@@ -179,6 +170,7 @@ fn time_slices(recording: &Recording) -> BTreeMap<String, Slice> {
                 continue;
             };
             let slice = slices.entry(name.to_owned()).or_default();
+            slice.bytes += chunk.bytes;
             let path = Some(chunk.path.clone());
             if switches {
                 slice.switches = path;
@@ -293,7 +285,7 @@ fn read_until(batch: &RecordBatch) -> Option<i64> {
 
 /// The open derived files of one chunk name.
 struct Outputs {
-    files: Vec<(PathBuf, PathBuf, ArrowWriter<BufWriter<File>>)>,
+    files: Vec<(PathBuf, PathBuf, ChunkWriter)>,
     rows: Vec<u64>,
 }
 
@@ -305,24 +297,7 @@ impl Outputs {
             fs::create_dir_all(&table_dir)
                 .with_context(|| format!("creating {}", table_dir.display()))?;
             let temp = table_dir.join(layout::temp_file_name(name));
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(FILE_MODE)
-                .open(&temp)
-                .with_context(|| format!("creating {}", temp.display()))?;
-            let props = layout::writer_properties(
-                table,
-                &stamp.host,
-                &stamp.boot_id,
-                &stamp.recorder_version,
-            );
-            let writer = ArrowWriter::try_new(
-                BufWriter::with_capacity(256 << 10, file),
-                table.schema(),
-                Some(props),
-            )?;
+            let writer = chunk_file::create(&temp, table, stamp)?;
             files.push((temp, table_dir.join(name), writer));
         }
         Ok(Outputs {
@@ -356,21 +331,7 @@ impl Outputs {
     fn close(self) -> Result<u64> {
         let mut bytes = 0;
         for (temp, path, writer) in self.files {
-            let file = writer
-                .into_inner()
-                .with_context(|| format!("closing {}", temp.display()))?
-                .into_inner()
-                .map_err(|e| e.into_error())
-                .with_context(|| format!("flushing {}", temp.display()))?;
-            file.sync_all()
-                .with_context(|| format!("fsync {}", temp.display()))?;
-            bytes += file.metadata().map_or(0, |m| m.len());
-            drop(file);
-            fs::rename(&temp, &path).with_context(|| format!("renaming {}", temp.display()))?;
-            let parent = path.parent().expect("a table folder");
-            File::open(parent)
-                .and_then(|d| d.sync_all())
-                .with_context(|| format!("fsync {}", parent.display()))?;
+            bytes += chunk_file::commit(writer, &temp, &path)?;
         }
         Ok(bytes)
     }
@@ -393,19 +354,6 @@ fn remove_stale(dir: &Path, written: &BTreeSet<String>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The derived table a report should read for helper view `view`, when
-/// every recording is indexed; else the view itself.
-pub fn source_for(view: &'static str, indexed: bool) -> &'static str {
-    if !indexed {
-        return view;
-    }
-    DERIVED_TABLES
-        .iter()
-        .map(|t: &&Table| t.name)
-        .find(|t| derived::view_of(t) == Some(view))
-        .unwrap_or(view)
 }
 
 /// What `hindsight index` prints for one recording.

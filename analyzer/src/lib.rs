@@ -45,6 +45,7 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
 pub mod catalog;
+pub mod chunk_file;
 pub mod cli;
 pub mod export;
 pub mod flamegraph;

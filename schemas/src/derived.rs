@@ -106,15 +106,17 @@ pub static DERIVED_TABLES: &[&Table] = &[&CPU_SLICE, &OFF_CPU_INTERVAL, &RUNQ_WA
 /// The raw table whose chunks the derived tables follow, one file each.
 pub const SOURCE_TABLE: &str = "sched_switch";
 
-/// The helper view each derived table equals, row for row, where no
-/// session edge or dead thread intervenes (see the module doc).
-pub fn view_of(table: &str) -> Option<&'static str> {
-    match table {
-        "cpu_slice" => Some("cpu_time"),
-        "off_cpu_interval" => Some("off_cpu"),
-        "runq_wait" => Some("runq_latency"),
-        _ => None,
-    }
+/// Each derived table and the helper view it equals, row for row, where
+/// no session edge or dead thread intervenes (see the module doc).
+pub const REPLACES: &[(&str, &str)] = &[
+    ("cpu_slice", "cpu_time"),
+    ("off_cpu_interval", "off_cpu"),
+    ("runq_wait", "runq_latency"),
+];
+
+/// The derived table that holds the rows of helper view `view`.
+pub fn table_for_view(view: &str) -> Option<&'static str> {
+    REPLACES.iter().find(|(_, v)| *v == view).map(|(t, _)| *t)
 }
 
 /// Looks a derived table up by name.

@@ -300,17 +300,6 @@ impl Pairing {
         self.late
     }
 
-    /// Threads with state held (a switch-out or wakeup awaiting its pair).
-    pub fn threads_held(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Rows waiting in the reorder window.
-    pub fn pending(&self) -> usize {
-        self.switches.iter().map(VecDeque::len).sum::<usize>()
-            + self.wakeups.iter().map(VecDeque::len).sum::<usize>()
-    }
-
     /// Rows finished and not yet taken, over all three tables.
     pub fn finished_rows(&self) -> usize {
         self.slices.len() + self.off_cpu.len() + self.runq.len()

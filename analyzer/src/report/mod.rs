@@ -231,7 +231,10 @@ impl Env {
     /// `runq_latency`): its derived table when the recordings are indexed,
     /// which holds the same rows without pairing events in the query.
     pub fn paired(&self, view: &'static str) -> &'static str {
-        crate::index::source_for(view, self.indexed)
+        match hindsight_schemas::derived::table_for_view(view) {
+            Some(table) if self.indexed => table,
+            _ => view,
+        }
     }
 
     /// `host, ` with several recordings, else nothing: put it before a key

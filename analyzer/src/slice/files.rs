@@ -1,11 +1,8 @@
 //! The slice's files: the output directory (refused when it holds
 //! anything; written as a hidden sibling and renamed when complete) and
-//! its chunks, written the way the recorder writes them: the writer
-//! properties of `schemas::layout`, a hidden temporary name, close, fsync,
-//! rename, fsync of the folder.
+//! its chunks, written the way the recorder writes them (`chunk_file`).
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::BufWriter;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -16,15 +13,12 @@ use arrow::datatypes::TimestampNanosecondType;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 use hindsight_schemas::{layout, Table};
-use parquet::arrow::ArrowWriter;
-use parquet::file::metadata::ParquetMetaDataReader;
 
 use crate::catalog;
-use crate::recording::Recording;
+use crate::chunk_file::{self, Stamp, FILE_MODE};
 use crate::UsageError;
 
-/// Mode of the slice's files and folders: recordings hold command lines.
-const FILE_MODE: u32 = 0o640;
+/// Mode of the slice's folders: recordings hold command lines.
 const DIR_MODE: u32 = 0o750;
 
 /// Rows per row group of a slice's chunk: the recorder's batch size.
@@ -137,21 +131,8 @@ pub(super) async fn write_chunk(
     }
     // The final name needs the earliest row's time, known at the end.
     let temp = dir.join(layout::temp_file_name(&format!("slice-{seq}")));
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .open(&temp)
-        .with_context(|| format!("creating {}", temp.display()))?;
-    let props =
-        layout::writer_properties(table, &stamp.host, &stamp.boot_id, &stamp.recorder_version);
     let schema = table.schema();
-    let mut writer = ArrowWriter::try_new(
-        BufWriter::with_capacity(256 << 10, file),
-        schema.clone(),
-        Some(props),
-    )?;
+    let mut writer = chunk_file::create(&temp, table, stamp)?;
     let ts_index = table.columns.iter().position(|c| c.name == "ts");
     let mut rows = 0u64;
     let mut first_ts: Option<i64> = None;
@@ -180,59 +161,10 @@ pub(super) async fn write_chunk(
         fs::remove_file(&temp).with_context(|| format!("removing {}", temp.display()))?;
         return Ok(None);
     }
-    let file = writer
-        .into_inner()
-        .with_context(|| format!("closing {}", temp.display()))?
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(|| format!("flushing {}", temp.display()))?;
-    file.sync_all()
-        .with_context(|| format!("fsync {}", temp.display()))?;
-    drop(file);
     let name = layout::chunk_file_name(first_ts.unwrap_or(default_ts), seq as u64);
     let final_path = dir.join(name);
-    fs::rename(&temp, &final_path).with_context(|| format!("renaming {}", temp.display()))?;
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync {}", dir.display()))?;
+    chunk_file::commit(writer, &temp, &final_path)?;
     Ok(Some((final_path, rows)))
-}
-
-/// Who wrote a chunk, copied into the slice's file cut from it.
-pub(crate) struct Stamp {
-    pub(crate) host: String,
-    pub(crate) boot_id: String,
-    pub(crate) recorder_version: String,
-}
-
-/// The stamp in a source chunk's key-value metadata; the recording's where
-/// a key is missing.
-pub(crate) fn stamp_of(path: &Path, source: &Recording) -> Stamp {
-    let session = source.meta.latest();
-    let mut stamp = Stamp {
-        host: source.meta.host.clone(),
-        boot_id: session.map(|s| s.boot_id.clone()).unwrap_or_default(),
-        recorder_version: session
-            .map(|s| s.recorder_version.clone())
-            .unwrap_or_default(),
-    };
-    let footer = File::open(path)
-        .ok()
-        .and_then(|f| ParquetMetaDataReader::new().parse_and_finish(&f).ok());
-    let kv = footer
-        .as_ref()
-        .and_then(|f| f.file_metadata().key_value_metadata().cloned())
-        .unwrap_or_default();
-    for entry in kv {
-        let Some(value) = entry.value else { continue };
-        match entry.key.as_str() {
-            layout::key::HOST => stamp.host = value,
-            layout::key::BOOT_ID => stamp.boot_id = value,
-            layout::key::RECORDER_VERSION => stamp.recorder_version = value,
-            _ => {}
-        }
-    }
-    stamp
 }
 
 /// A batch with exactly the table's schema (field nullability and types as

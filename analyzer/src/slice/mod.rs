@@ -64,9 +64,10 @@ use crate::report::{self, timestamp, LOOKBACK_NS};
 use crate::when::When;
 use crate::UsageError;
 
-pub(crate) mod files;
+mod files;
 
-use files::{check_output, stamp_of, write_chunk, write_file, Staging, Stamp};
+use crate::chunk_file::{stamp_of, Stamp};
+use files::{check_output, write_chunk, write_file, Staging};
 
 /// What to cut.
 #[derive(Clone, Debug)]
