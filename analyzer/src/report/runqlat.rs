@@ -38,23 +38,26 @@ pub fn sql(env: &Env) -> String {
   FROM {runq}
   WHERE {bounds}{pid_filter}
 ),
+per_slot AS (  -- per interval, process and slot: small, whatever the number of waits
+  SELECT {h}interval_start, pid, max(comm) AS comm, slot, count(*) AS count, sum(latency_ns) AS total_ns
+  FROM waits
+  GROUP BY {h}interval_start, pid, slot
+),
 ranked AS (  -- processes per interval, the longest total wait first
   SELECT {h}interval_start, pid,
     row_number() OVER (PARTITION BY {h}interval_start ORDER BY total_ns DESC, pid) AS rank
-  FROM (SELECT {h}interval_start, pid, sum(latency_ns) AS total_ns FROM waits GROUP BY {h}interval_start, pid) per_process
+  FROM (SELECT {h}interval_start, pid, sum(total_ns) AS total_ns FROM per_slot GROUP BY {h}interval_start, pid) per_process
 ),
 {lost},
 hist AS (
   SELECT {h}'all' AS kind, interval_start, CAST(NULL AS INT) AS pid, CAST(NULL AS VARCHAR) AS comm, slot,
-    count(*) AS count, sum(latency_ns) AS total_ns
-  FROM waits
+    sum(count) AS count, sum(total_ns) AS total_ns
+  FROM per_slot
   GROUP BY {h}interval_start, slot
   UNION ALL
-  SELECT {wh}'process' AS kind, w.interval_start, w.pid, max(w.comm) AS comm, w.slot,
-    count(*) AS count, sum(w.latency_ns) AS total_ns
-  FROM waits w JOIN ranked r
-    ON {host_wr}r.interval_start = w.interval_start AND r.pid = w.pid AND r.rank <= {top}
-  GROUP BY {wh}w.interval_start, w.pid, w.slot
+  SELECT {ph}'process' AS kind, p.interval_start, p.pid, p.comm, p.slot, p.count, p.total_ns
+  FROM ranked r JOIN per_slot p
+    ON {host_rp}r.interval_start = p.interval_start AND r.pid = p.pid AND r.rank <= {top}
 )
 SELECT {hh}hist.kind, hist.interval_start, hist.pid, hist.comm,
   CASE WHEN hist.slot = 0 THEN 0 ELSE CAST(power(2, hist.slot) AS BIGINT) END AS usecs_low,
@@ -66,9 +69,9 @@ ORDER BY {hh}hist.interval_start, hist.kind, hist.pid, hist.slot",
         runq = env.paired("runq_latency"),
         bounds = env.event_bounds("ts"),
         lost = env.lost_cte(),
-        wh = if env.multi_host { "w.host, " } else { "" },
+        ph = if env.multi_host { "p.host, " } else { "" },
         hh = if env.multi_host { "hist.host, " } else { "" },
-        host_wr = host_eq("r", "w"),
+        host_rp = host_eq("r", "p"),
         top = env.top,
         join = env.lost_join("hist"),
     )
