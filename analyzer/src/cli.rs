@@ -113,7 +113,9 @@ pub enum ReportCommand {
 }
 
 const RUNQLAT_ABOUT: &str = "Per interval, run-queue latency: the time from a thread's wakeup \
-(`sched_wakeup`) to its next switch-in (`sched_switch`), from the `runq_latency` view, as log2 \
+(`sched_wakeup`) to its next switch-in (`sched_switch`), from the `runq_wait` table where the \
+recording is indexed (`hindsight index`, seconds on a busy hour) and else the `runq_latency` \
+view (which pairs the events in every query: minutes on a busy hour), as log2 \
 histograms in microseconds like BCC's runqlat: slot [usecs_low, usecs_high] counts the waits of \
 that many whole microseconds. One histogram per interval for every process (`kind` = `all`), then \
 one for each of the --top processes that waited longest in total (`kind` = `process`). --pid keeps \
@@ -218,6 +220,8 @@ TIMESTAMP '2024-05-01T12:00:00Z'. With several recordings, each table is the UNI
 them with a `host` column added last. The query is the last argument; quote it. Queries are \
 read-only. The helper views cpu_time (on-CPU slices), off_cpu (blocked intervals), \
 runq_latency (wakeup to run) and counter_rate (counter deltas and rates) are there too; \
+on long recordings query the tables `hindsight index` derives instead (cpu_slice, \
+off_cpu_interval, runq_wait: the same rows, without pairing events in every query). \
 `hindsight sql rec/` then `\\d NAME` describes any of them.\n\n\
 Without a query: on a terminal, an interactive shell (line editing, history in \
 ~/.hindsight_history, statements end with ';' and may span lines, \\d lists tables and views, \

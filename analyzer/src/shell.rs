@@ -27,7 +27,8 @@ Statements end with ';' and may span lines. Commands (one line, between statemen
   \\q        quit (also Ctrl-D)
   \\?        this help
 Every table of the recording is there, and the helper views cpu_time, off_cpu,
-runq_latency and counter_rate. `ts` is a UTC timestamp: date_bin(INTERVAL '10 seconds', ts).";
+runq_latency and counter_rate (on long recordings, `hindsight index` derives
+their rows once as the tables cpu_slice, off_cpu_interval and runq_wait). `ts` is a UTC timestamp: date_bin(INTERVAL '10 seconds', ts).";
 
 /// What the session does after a line.
 #[derive(Debug, PartialEq, Eq)]
