@@ -211,7 +211,13 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
         "{total} wakeups for {sleeps} sleeps: {counts:?}"
     );
     // The waits sum to the kernel's own account (schedstat run_delay), which
-    // also holds the waits after preemption: off_cpu rows in state R.
+    // also holds the waits after preemption: off_cpu rows in state R. Each
+    // wait runs, as BCC's runqlat measures it, to the sched_switch
+    // tracepoint; run_delay runs to the rq clock read at the start of
+    // __schedule, before the next task is picked. So ours is longer by that
+    // path once per wait: 6.5-6.6 us here in 4 of 4 runs (0.65 ms over ~100
+    // waits, whether the waits summed to 7.6 ms or 11.6 ms), allowed up to
+    // 10 us per wait on top of the 5 %.
     let window = format!(
         "pid = {pid} AND ts >= to_timestamp_nanos({}) AND ts < to_timestamp_nanos({})",
         tick["start_utc_ns"], tick["end_utc_ns"]
@@ -227,10 +233,19 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
     let preempted = sum(format!(
         "SELECT sum(dur_ns) AS ns FROM off_cpu WHERE state = 'R' AND {window}"
     ));
+    let waits = sum(format!(
+        "SELECT (SELECT count(*) FROM runq_latency WHERE {window})
+              + (SELECT count(*) FROM off_cpu WHERE state = 'R' AND {window}) AS ns"
+    ));
     let kernel = tick["run_delay_ns"].as_f64().unwrap();
+    let lost = sql_count(&rec_dir, "SELECT coalesce(sum(lost), 0) FROM loss");
+    let excess = woken + preempted - kernel;
+    let tolerance = 0.05 * kernel + 200_000.0;
     assert!(
-        (woken + preempted - kernel).abs() <= 0.05 * kernel + 200_000.0,
-        "runq_latency {woken} ns + preempted {preempted} ns vs schedstat run_delay {kernel} ns"
+        -tolerance <= excess && excess <= tolerance + waits * 10_000.0,
+        "runq_latency {woken} ns + preempted {preempted} ns vs schedstat run_delay {kernel} ns: \
+         {:.1} us more per wait over {waits} waits ({lost} events lost)",
+        excess / waits.max(1.0) / 1000.0
     );
     // The histogram holds every wait of the window.
     let histogram_ns: f64 = rows.iter().map(|r| r["total_ns"].as_f64().unwrap()).sum();
