@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::{sort_to_indices, take_record_batch};
+use arrow::compute::{lexsort_to_indices, take_record_batch, SortColumn};
 use arrow::datatypes::TimestampNanosecondType;
 use hindsight_schemas::derived::{self, DERIVED_TABLES};
 use hindsight_schemas::layout;
@@ -306,17 +306,26 @@ impl Outputs {
         })
     }
 
-    /// Writes each table's rows as a row group sorted by `ts`.
+    /// Writes each table's rows as a row group sorted by its sort key.
     fn write(&mut self, batches: [RecordBatch; 3]) -> Result<()> {
-        for ((temp, _, writer), (batch, rows)) in self
+        for (((temp, _, writer), (batch, rows)), table) in self
             .files
             .iter_mut()
             .zip(batches.iter().zip(self.rows.iter_mut()))
+            .zip(DERIVED_TABLES)
         {
             if batch.num_rows() == 0 {
                 continue;
             }
-            let order = sort_to_indices(batch.column(0), None, None)?;
+            let key: Vec<SortColumn> = table
+                .sort_key
+                .iter()
+                .map(|column| SortColumn {
+                    values: batch.column(table.index(column)).clone(),
+                    options: None,
+                })
+                .collect();
+            let order = lexsort_to_indices(&key, None)?;
             let sorted = take_record_batch(batch, &order)?;
             writer
                 .write(&sorted)

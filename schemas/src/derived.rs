@@ -16,8 +16,11 @@
 //! chunk was read (so a row's `ts` may lie in an earlier chunk). A chunk
 //! with nothing to pair still gets its (empty) file: a recording is
 //! *indexed* when every `sched_switch` chunk has its file in each derived
-//! table. Row groups are sorted by `ts` and carry page statistics, so a
-//! time window reads little more than its pages.
+//! table. Row groups are sorted by CPU (`cpu_slice`) or thread, then `ts`,
+//! which keeps consecutive times close (delta encoding) and answers
+//! per-thread questions in order; a row group holds the rows paired in
+//! one stretch of time and carries page statistics, so a time window reads
+//! little more than its row groups.
 //!
 //! Edges, the same for every derived table:
 //! - chunk edges are invisible: the pass carries its state from one chunk to
@@ -49,7 +52,7 @@ pub static CPU_SLICE: Table = Table {
     doc: "On-CPU slices, paired once: the rows of the `cpu_time` view (from the `sched_switch` that put a thread \
           on a CPU to the next `sched_switch` on that CPU, when that one names the same thread leaving), \
           written by `hindsight index` and read by the reports instead of the view.",
-    sort_key: &["ts"],
+    sort_key: &["cpu", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the thread was switched in."),
         col("ts_end", Timestamp, "ns, UTC", "When it was switched out."),
@@ -68,7 +71,7 @@ pub static OFF_CPU_INTERVAL: Table = Table {
     group: DERIVED_GROUP,
     doc: "Off-CPU intervals, paired once: the rows of the `off_cpu` view (from the `sched_switch` that took a \
           thread off the CPU to the next one that put it back, on any CPU), written by `hindsight index`.",
-    sort_key: &["ts"],
+    sort_key: &["tid", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the thread was switched out."),
         col("ts_end", Timestamp, "ns, UTC", "When it was next switched in."),
@@ -88,7 +91,7 @@ pub static RUNQ_WAIT: Table = Table {
     group: DERIVED_GROUP,
     doc: "Run-queue waits after a wakeup, paired once: the rows of the `runq_latency` view (from a \
           `sched_wakeup` to the thread's next switch-in, BCC's runqlat), written by `hindsight index`.",
-    sort_key: &["ts"],
+    sort_key: &["tid", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the thread was woken."),
         col("ts_run", Timestamp, "ns, UTC", "When it next ran."),

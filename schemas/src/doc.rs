@@ -104,7 +104,7 @@ fn derived_contract() -> &'static str {
      `<table>/<name>.parquet` for every closed `sched_switch` chunk `<name>.parquet`, holding the rows \
      whose pairing completed while that chunk was read (a row's `ts` may lie in an earlier chunk); a \
      recording is *indexed* when every `sched_switch` chunk has its file in each derived table, and \
-     only then do reports read them. Row groups are sorted by `ts` and carry page statistics.\n\n\
+     only then do reports read them. Row groups hold the rows paired in one stretch of time, sorted by the sort key below, with page statistics.\n\n\
      What pairs with what is exactly what the views `cpu_time`, `off_cpu` and `runq_latency` pair \
      (below), in one pass over the events in time order, so each derived table equals its view row \
      for row, except at these edges:\n\n\
