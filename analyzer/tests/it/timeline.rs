@@ -192,6 +192,32 @@ fn runqlat_buckets_are_bccs_log2_microseconds() {
 }
 
 #[test]
+fn runqlat_reads_runq_wait_once_indexed_with_the_same_answer() {
+    let fx = Fixture::new();
+    let rec = runq_recording(&fx);
+    let dir = rec.dir.to_str().unwrap();
+    let runqlat = |extra: &[&str]| {
+        let mut args = vec!["report", "runqlat", dir, "-f", "csv"];
+        args.extend_from_slice(extra);
+        let out = hindsight(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let from_view = runqlat(&[]);
+    assert!(runqlat(&["--show-sql"]).contains("FROM runq_latency"));
+    let out = hindsight(["index", dir]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("1 chunks"), "{}", stdout(&out));
+    assert!(runqlat(&["--show-sql"]).contains("FROM runq_wait"));
+    assert_eq!(runqlat(&[]), from_view);
+    // Indexing again does nothing; --force rebuilds the same files.
+    assert!(stdout(&hindsight(["index", dir])).contains("indexed already"));
+    let out = hindsight(["index", "--force", dir]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(runqlat(&[]), from_view);
+}
+
+#[test]
 fn every_report_takes_every_format() {
     let fx = Fixture::new();
     let rec = atop_recording(&fx);
