@@ -46,6 +46,9 @@ pub struct Summary {
     pub seconds: f64,
     /// False when the recording was indexed already and nothing was done.
     pub built: bool,
+    /// The recording has no `sched_switch` chunk (the `sched` group was not
+    /// recorded): there is nothing to pair.
+    pub nothing_to_pair: bool,
 }
 
 /// Builds the derived tables of the recording in `dir`, unless it is
@@ -53,8 +56,14 @@ pub struct Summary {
 pub fn index(dir: &Path, force: bool) -> Result<Summary> {
     let started = Instant::now();
     let recording = Recording::open(dir)?;
-    if recording.indexed() && !force {
-        return Ok(Summary::default());
+    let has_switches = recording
+        .table(derived::SOURCE_TABLE)
+        .is_some_and(|t| !t.chunks.is_empty());
+    if !has_switches || (recording.indexed() && !force) {
+        return Ok(Summary {
+            nothing_to_pair: !has_switches,
+            ..Summary::default()
+        });
     }
     if recording.journaled(derived::SOURCE_TABLE) {
         eprintln!(
@@ -367,6 +376,14 @@ fn remove_stale(dir: &Path, written: &BTreeSet<String>) -> Result<()> {
 
 /// What `hindsight index` prints for one recording.
 pub fn write_summary(dir: &Path, summary: &Summary, out: &mut impl std::io::Write) -> Result<()> {
+    if summary.nothing_to_pair {
+        writeln!(
+            out,
+            "{}: no sched_switch chunks (recorded without --events sched): nothing to pair",
+            dir.display()
+        )?;
+        return Ok(());
+    }
     if !summary.built {
         writeln!(
             out,
