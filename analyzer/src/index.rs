@@ -133,7 +133,7 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
             pairing.advance(read_until);
             if let Some(out) = open.as_mut() {
                 if pairing.finished_rows() >= ROW_GROUP_ROWS {
-                    out.write(pairing.take())?;
+                    out.add(pairing.take())?;
                 }
             }
         }
@@ -142,7 +142,7 @@ pub fn index(dir: &Path, force: bool) -> Result<Summary> {
         }
         if slice.switches.is_some() {
             let mut out = open.take().expect("opened above");
-            out.write(pairing.take())?;
+            out.add(pairing.take())?;
             for (total, rows) in summary.rows.iter_mut().zip(&out.rows) {
                 total.1 += rows;
             }
@@ -295,6 +295,10 @@ fn read_until(batch: &RecordBatch) -> Option<i64> {
 /// The open derived files of one chunk name.
 struct Outputs {
     files: Vec<(PathBuf, PathBuf, ChunkWriter)>,
+    /// Rows of each table not yet written: a row group is written once
+    /// [`ROW_GROUP_ROWS`] have gathered (or at close), so that a small
+    /// table (`thread_second`) is not cut into a row group per batch.
+    pending: Vec<Vec<RecordBatch>>,
     rows: Vec<u64>,
 }
 
@@ -311,42 +315,60 @@ impl Outputs {
         }
         Ok(Outputs {
             rows: vec![0; files.len()],
+            pending: vec![Vec::new(); files.len()],
             files,
         })
     }
 
-    /// Writes each table's rows as a row group sorted by its sort key.
-    fn write(&mut self, batches: [RecordBatch; 3]) -> Result<()> {
-        for (((temp, _, writer), (batch, rows)), table) in self
-            .files
-            .iter_mut()
-            .zip(batches.iter().zip(self.rows.iter_mut()))
-            .zip(DERIVED_TABLES)
-        {
-            if batch.num_rows() == 0 {
-                continue;
+    /// Adds each table's rows; writes those of a table with a row group's
+    /// worth.
+    fn add(&mut self, batches: [RecordBatch; 4]) -> Result<()> {
+        for (i, batch) in batches.into_iter().enumerate() {
+            if batch.num_rows() > 0 {
+                self.rows[i] += batch.num_rows() as u64;
+                self.pending[i].push(batch);
             }
-            let key: Vec<SortColumn> = table
-                .sort_key
-                .iter()
-                .map(|column| SortColumn {
-                    values: batch.column(table.index(column)).clone(),
-                    options: None,
-                })
-                .collect();
-            let order = lexsort_to_indices(&key, None)?;
-            let sorted = take_record_batch(batch, &order)?;
-            writer
-                .write(&sorted)
-                .and_then(|()| writer.flush())
-                .with_context(|| format!("writing {}", temp.display()))?;
-            *rows += batch.num_rows() as u64;
+            let pending: usize = self.pending[i].iter().map(RecordBatch::num_rows).sum();
+            if pending >= ROW_GROUP_ROWS {
+                self.write(i)?;
+            }
         }
         Ok(())
     }
 
-    /// Closes, fsyncs and renames every file; returns their bytes.
-    fn close(self) -> Result<u64> {
+    /// Writes table `i`'s pending rows as one row group sorted by its sort key.
+    fn write(&mut self, i: usize) -> Result<()> {
+        let batches = std::mem::take(&mut self.pending[i]);
+        let Some(first) = batches.first() else {
+            return Ok(());
+        };
+        let table = DERIVED_TABLES[i];
+        let batch = arrow::compute::concat_batches(&first.schema(), &batches)?;
+        drop(batches);
+        let key: Vec<SortColumn> = table
+            .sort_key
+            .iter()
+            .map(|column| SortColumn {
+                values: batch.column(table.index(column)).clone(),
+                options: None,
+            })
+            .collect();
+        let order = lexsort_to_indices(&key, None)?;
+        let sorted = take_record_batch(&batch, &order)?;
+        let (temp, _, writer) = &mut self.files[i];
+        writer
+            .write(&sorted)
+            .and_then(|()| writer.flush())
+            .with_context(|| format!("writing {}", temp.display()))?;
+        Ok(())
+    }
+
+    /// Writes what is pending, closes, fsyncs and renames every file;
+    /// returns their bytes.
+    fn close(mut self) -> Result<u64> {
+        for i in 0..self.files.len() {
+            self.write(i)?;
+        }
         let mut bytes = 0;
         for (temp, path, writer) in self.files {
             bytes += chunk_file::commit(writer, &temp, &path)?;

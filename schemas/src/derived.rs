@@ -6,7 +6,7 @@
 //! SQL with `lead()` over a whole table, that sorts every row of the
 //! recording for each query and no time filter reaches below the window
 //! (30 M switches: 100 s and 7 GiB for one report). Done once, in one
-//! streaming pass ([`crate::pairing`]), the result is three plain tables
+//! streaming pass ([`crate::pairing`]), the result is plain tables
 //! whose rows are what the helper views `cpu_time`, `off_cpu` and
 //! `runq_latency` return, which prune by `ts` like any table and open in
 //! DuckDB or Spark unchanged.
@@ -103,8 +103,35 @@ pub static RUNQ_WAIT: Table = Table {
     ],
 };
 
+pub static THREAD_SECOND: Table = Table {
+    name: "thread_second",
+    group: DERIVED_GROUP,
+    doc: "Per thread and per second of wall-clock time: how long it ran, waited to run and was off the CPU in each \
+          state, from the rows of `cpu_slice`, `runq_wait` and `off_cpu_interval` split at every second's edge, so \
+          a 30 s sleep counts one second in each of 30 rows and no thread has more than a second of CPU in a second. \
+          Far smaller than the intervals (one row per thread that did something in a second), it answers per-second \
+          and coarser questions (the timeline) and is the table to keep when raw events are retired. \
+          A (`ts`, `tid`) may have several rows: an interval that ends after its second's row was written (a long \
+          sleep) adds rows for the seconds it covers; sum them (`GROUP BY ts, tid`). Written by `hindsight index`.",
+    sort_key: &["tid", "ts"],
+    columns: &[
+        col("ts", Timestamp, "ns, UTC", "Start of the second (a whole second of UTC)."),
+        col("tid", Int32, "", "Thread."),
+        col("pid", Int32, "", "Process of the thread."),
+        col("comm", Name, "", "Thread name (of the last interval counted)."),
+        col("on_cpu_ns", Int64, "ns", "Time on a CPU in this second (`cpu_slice`)."),
+        col("runq_ns", Int64, "ns", "Time waiting to run after a wakeup in this second (`runq_wait`)."),
+        col("off_cpu_s_ns", Int64, "ns", "Time off the CPU asleep (`S`, interruptible) in this second."),
+        col("off_cpu_d_ns", Int64, "ns", "Time off the CPU in uninterruptible sleep (`D`, usually I/O) in this second."),
+        col("off_cpu_r_ns", Int64, "ns", "Time off the CPU while still runnable (`R`, preempted) in this second."),
+        col("off_cpu_other_ns", Int64, "ns", "Time off the CPU in any other state (`T`, `t`, `I`, ...) in this second."),
+        col("runs", Int64, "", "On-CPU slices that began in this second (switch-ins)."),
+        col("wakeups", Int64, "", "Run-queue waits that began in this second (wakeups followed by a run)."),
+    ],
+};
+
 /// Every derived table, in the order the docs list them.
-pub static DERIVED_TABLES: &[&Table] = &[&CPU_SLICE, &OFF_CPU_INTERVAL, &RUNQ_WAIT];
+pub static DERIVED_TABLES: &[&Table] = &[&CPU_SLICE, &OFF_CPU_INTERVAL, &RUNQ_WAIT, &THREAD_SECOND];
 
 /// The raw table whose chunks the derived tables follow, one file each.
 pub const SOURCE_TABLE: &str = "sched_switch";

@@ -26,7 +26,7 @@ use arrow::array::{
 use arrow::datatypes::{Int32Type, Int64Type, TimestampNanosecondType};
 use arrow::error::ArrowError;
 
-use crate::derived::{CPU_SLICE, OFF_CPU_INTERVAL, RUNQ_WAIT};
+use crate::derived::{CPU_SLICE, OFF_CPU_INTERVAL, RUNQ_WAIT, THREAD_SECOND};
 use crate::Table;
 
 /// How much event time passes before an event is paired: the most a row
@@ -246,6 +246,103 @@ impl Rows {
     }
 }
 
+const SECOND_NS: i64 = 1_000_000_000;
+
+/// Which `thread_second` column an interval adds to.
+#[derive(Clone, Copy)]
+enum Share {
+    OnCpu,
+    Runq,
+    OffS,
+    OffD,
+    OffR,
+    OffOther,
+}
+
+/// One thread's second: nanoseconds per [`Share`], and the counts.
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    pid: i32,
+    comm: u32,
+    ns: [i64; 6],
+    runs: i64,
+    wakeups: i64,
+}
+
+/// `thread_second` rows being summed: each interval split at the edges of
+/// the seconds it covers. A cell leaves once its second is over for the
+/// pairing; an interval that ends later still (a long sleep) makes new
+/// cells for its earlier seconds, which is why readers sum per (ts, tid).
+#[derive(Default)]
+struct Seconds {
+    cells: HashMap<(i64, i32), Cell>,
+}
+
+impl Seconds {
+    /// Adds the interval `[ts, end)` of thread `(tid, pid, comm)`.
+    fn add(&mut self, ts: i64, end: i64, (tid, pid, comm): (i32, i32, u32), share: Share) {
+        let mut from = ts;
+        let first = ts.div_euclid(SECOND_NS) * SECOND_NS;
+        let mut second = first;
+        while from < end || (from == end && second == first) {
+            let to = end.min(second + SECOND_NS);
+            let cell = self.cells.entry((second, tid)).or_default();
+            cell.pid = pid;
+            cell.comm = comm;
+            cell.ns[share as usize] += to - from;
+            if second == first {
+                match share {
+                    Share::OnCpu => cell.runs += 1,
+                    Share::Runq => cell.wakeups += 1,
+                    _ => {}
+                }
+            }
+            from = to;
+            second += SECOND_NS;
+        }
+    }
+
+    /// The cells of seconds before `limit`, as `thread_second` rows.
+    fn finish_before(&mut self, limit: i64, names: &Names) -> RecordBatch {
+        let mut done: Vec<((i64, i32), Cell)> = Vec::new();
+        self.cells.retain(|&key, cell| {
+            let keep = key.0 >= limit;
+            if !keep {
+                done.push((key, *cell));
+            }
+            keep
+        });
+        let mut ts = TimestampNanosecondBuilder::with_capacity(done.len());
+        let mut tid = Int32Builder::with_capacity(done.len());
+        let mut pid = Int32Builder::with_capacity(done.len());
+        let mut comm = StringDictionaryBuilder::<Int32Type>::new();
+        let mut ns: Vec<Int64Builder> = (0..6).map(|_| Int64Builder::new()).collect();
+        let mut runs = Int64Builder::with_capacity(done.len());
+        let mut wakeups = Int64Builder::with_capacity(done.len());
+        for ((second, thread), cell) in &done {
+            ts.append_value(*second);
+            tid.append_value(*thread);
+            pid.append_value(cell.pid);
+            comm.append_value(names.name(cell.comm));
+            for (builder, v) in ns.iter_mut().zip(cell.ns) {
+                builder.append_value(v);
+            }
+            runs.append_value(cell.runs);
+            wakeups.append_value(cell.wakeups);
+        }
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(ts.finish().with_timezone("UTC")),
+            Arc::new(tid.finish()),
+            Arc::new(pid.finish()),
+            Arc::new(comm.finish()),
+        ];
+        columns.extend(ns.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.push(Arc::new(runs.finish()));
+        columns.push(Arc::new(wakeups.finish()));
+        RecordBatch::try_new(THREAD_SECOND.schema(), columns).expect("cells match thread_second")
+    }
+}
+
 /// The pairing pass. Feed it batches with [`Pairing::push_switches`] and
 /// [`Pairing::push_wakeups`], let it pair what is old enough with
 /// [`Pairing::advance`] (or everything, at the end, with
@@ -269,6 +366,8 @@ pub struct Pairing {
     slices: Rows,
     off_cpu: Rows,
     runq: Rows,
+    seconds: Seconds,
+    finished: bool,
 }
 
 impl Pairing {
@@ -291,6 +390,8 @@ impl Pairing {
             slices: Rows::new(&CPU_SLICE),
             off_cpu: Rows::new(&OFF_CPU_INTERVAL),
             runq: Rows::new(&RUNQ_WAIT),
+            seconds: Seconds::default(),
+            finished: false,
         }
     }
 
@@ -300,7 +401,8 @@ impl Pairing {
         self.late
     }
 
-    /// Rows finished and not yet taken, over all three tables.
+    /// Interval rows finished and not yet taken (`thread_second` cells
+    /// are few and leave as their seconds end).
     pub fn finished_rows(&self) -> usize {
         self.slices.len() + self.off_cpu.len() + self.runq.len()
     }
@@ -396,6 +498,7 @@ impl Pairing {
     /// Pairs every event left: the recording ends here.
     pub fn finish(&mut self) {
         self.pair_until(i64::MAX);
+        self.finished = true;
     }
 
     fn pair_until(&mut self, limit: i64) {
@@ -499,6 +602,8 @@ impl Pairing {
                     &[s.cpu, on.tid, on.pid, on.prio],
                     &[self.names.name(on.comm), self.names.name(s.prev_state)],
                 );
+                let who = (on.tid, on.pid, on.comm);
+                self.seconds.add(on.ts, s.ts, who, Share::OnCpu);
             }
         }
         if s.next_tid == 0 {
@@ -522,6 +627,14 @@ impl Pairing {
                 &[self.names.name(out.comm), self.names.name(out.state)],
             );
             self.off_cpu.stack_id.append_option(out.stack_id);
+            let share = match self.names.name(out.state) {
+                "S" => Share::OffS,
+                "D" => Share::OffD,
+                "R" | "R+" => Share::OffR,
+                _ => Share::OffOther,
+            };
+            self.seconds
+                .add(out.ts, s.ts, (s.next_tid, out.pid, out.comm), share);
         }
         if let Some(wakeup) = thread.wakeup {
             self.runq.push(
@@ -530,17 +643,27 @@ impl Pairing {
                 &[s.next_tid, wakeup.pid, s.cpu],
                 &[self.names.name(wakeup.comm)],
             );
+            let who = (s.next_tid, wakeup.pid, wakeup.comm);
+            self.seconds.add(wakeup.ts, s.ts, who, Share::Runq);
         }
     }
 
     /// The rows finished so far, one batch per derived table in the order
     /// of [`crate::derived::DERIVED_TABLES`], in the order they finished
     /// (not sorted by `ts`).
-    pub fn take(&mut self) -> [RecordBatch; 3] {
+    /// `thread_second` holds the seconds that ended before the last
+    /// instant paired (all of them after [`Pairing::finish`]).
+    pub fn take(&mut self) -> [RecordBatch; 4] {
+        let done = if self.finished {
+            i64::MAX
+        } else {
+            self.paired_until.div_euclid(SECOND_NS) * SECOND_NS
+        };
         [
             self.slices.finish(),
             self.off_cpu.finish(),
             self.runq.finish(),
+            self.seconds.finish_before(done, &self.names),
         ]
     }
 }
@@ -645,7 +768,7 @@ mod tests {
 
     fn pair(batches: &[(&[Sw], &[Wk])], sessions: Vec<i64>) -> (Out, Out, Out, u64) {
         let mut pairing = Pairing::new(sessions);
-        let mut all: Vec<[RecordBatch; 3]> = Vec::new();
+        let mut all: Vec<[RecordBatch; 4]> = Vec::new();
         for (sw, wk) in batches {
             pairing.push_switches(&switches(sw)).unwrap();
             pairing.push_wakeups(&wakeups(wk)).unwrap();
@@ -727,7 +850,7 @@ mod tests {
         pairing.advance(2 * S);
         pairing.push_wakeups(&wakeups(late_wakeup)).unwrap();
         pairing.finish();
-        let [_, _, runq] = pairing.take();
+        let [_, _, runq, _] = pairing.take();
         assert_eq!(
             rows(&runq, 3, 5),
             vec![(2 * S - S / 5, 2 * S, 7, "t7".into())]
@@ -763,5 +886,72 @@ mod tests {
         let (slices, off, _, _) = pair(&[(a, &[]), (b, &[]), (c, &[])], vec![]);
         assert_eq!(slices, vec![(10, 3 * S, 7, "S".into())]);
         assert_eq!(off, vec![(3 * S, 6 * S, 7, "S".into())]);
+    }
+
+    /// `thread_second` summed per (second, tid): `(second, tid, ns per
+    /// share, runs, wakeups)`.
+    fn seconds_of(batches: &[RecordBatch]) -> Vec<(i64, i32, [i64; 6], i64, i64)> {
+        let mut sums: std::collections::BTreeMap<(i64, i32), ([i64; 6], i64, i64)> =
+            Default::default();
+        for batch in batches {
+            let ts = batch.column(0).as_primitive::<TimestampNanosecondType>();
+            let tid = batch.column(1).as_primitive::<Int32Type>();
+            let int64 = |i: usize| batch.column(i).as_primitive::<Int64Type>();
+            for row in 0..batch.num_rows() {
+                let sum = sums.entry((ts.value(row), tid.value(row))).or_default();
+                for share in 0..6 {
+                    sum.0[share] += int64(4 + share).value(row);
+                }
+                sum.1 += int64(10).value(row);
+                sum.2 += int64(11).value(row);
+            }
+        }
+        sums.into_iter()
+            .map(|((second, tid), (ns, runs, wakeups))| (second, tid, ns, runs, wakeups))
+            .collect()
+    }
+
+    #[test]
+    fn thread_seconds_split_every_interval_at_second_edges() {
+        // 7 runs 0.5 s .. 2.25 s, sleeps in D until 5.5 s, woken at 5.25 s,
+        // runs on CPU 1 from 5.5 s to 5.75 s. The sleep ends batches after
+        // its first seconds were handed out: they come again as new rows.
+        let ms = |n: i64| n * S / 1000;
+        let batches: &[(&[Sw], &[Wk])] = &[
+            (&[(ms(500), 0, 0, "R", 7), (ms(2250), 0, 7, "D", 0)], &[]),
+            (&[(ms(4000), 0, 0, "R", 0)], &[(ms(5250), 0, 7)]),
+            (&[(ms(5500), 1, 0, "R", 7), (ms(5750), 1, 7, "S", 0)], &[]),
+        ];
+        let mut pairing = Pairing::new(vec![]);
+        let mut out = Vec::new();
+        for (sw, wk) in batches {
+            pairing.push_switches(&switches(sw)).unwrap();
+            pairing.push_wakeups(&wakeups(wk)).unwrap();
+            pairing.advance(i64::MAX);
+            out.push(pairing.take()[3].clone());
+        }
+        pairing.finish();
+        out.push(pairing.take()[3].clone());
+        let (on, runq, d) = (0, 1, 3);
+        let mut want: Vec<(i64, i32, [i64; 6], i64, i64)> = Vec::new();
+        let mut second = |n: i64, f: &dyn Fn(&mut [i64; 6]), runs, wakeups| {
+            let mut ns = [0; 6];
+            f(&mut ns);
+            want.push((n * S, 7, ns, runs, wakeups));
+        };
+        second(0, &|ns| ns[on] = ms(500), 1, 0);
+        second(1, &|ns| ns[on] = S, 0, 0);
+        second(2, &|ns| (ns[on], ns[d]) = (ms(250), ms(750)), 0, 0);
+        second(3, &|ns| ns[d] = S, 0, 0);
+        second(4, &|ns| ns[d] = S, 0, 0);
+        second(
+            5,
+            &|ns| (ns[on], ns[d], ns[runq]) = (ms(250), ms(500), ms(250)),
+            1,
+            1,
+        );
+        assert_eq!(seconds_of(&out), want);
+        let rows: usize = out.iter().map(RecordBatch::num_rows).sum();
+        assert!(rows >= want.len(), "{rows} rows");
     }
 }

@@ -166,6 +166,18 @@ pub fn time_range(recordings: &[Recording]) -> Option<(i64, i64)> {
         .reduce(|(a0, a1), (b0, b1)| (a0.min(b0), a1.max(b1)))
 }
 
+/// A kind of time a thread spends, summed per interval and process by
+/// [`Env::thread_time_sql`].
+#[derive(Clone, Copy, Debug)]
+pub enum ThreadTime {
+    /// On a CPU.
+    OnCpu,
+    /// Waiting in a run queue after a wakeup.
+    Runq,
+    /// Off the CPU in uninterruptible sleep (`D`).
+    OffCpuD,
+}
+
 /// What a report's SQL is built for: the flags plus what the recordings
 /// say (hosts, sampling factors).
 #[derive(Clone, Debug)]
@@ -235,6 +247,35 @@ impl Env {
             Some(table) if self.indexed => table,
             _ => view,
         }
+    }
+
+    /// The statement giving one kind of thread time per `step` interval
+    /// and process: `[host,] interval_start, pid, comm, ns`, for the rows
+    /// whose `ts` meets `bounds`. Indexed, with `step` a whole number of
+    /// seconds, it sums `thread_second`, where every interval is already
+    /// split at second edges, so a process never has more CPU time in an
+    /// interval than the interval holds; otherwise it sums the helper
+    /// view (or its derived table), each interval counted whole in the
+    /// interval it starts in.
+    pub fn thread_time_sql(&self, kind: ThreadTime, step: Interval, bounds: &str) -> String {
+        let h = self.h();
+        let (view, view_ns, view_filter, second_ns) = match kind {
+            ThreadTime::OnCpu => ("cpu_time", "dur_ns", "TRUE", "on_cpu_ns"),
+            ThreadTime::Runq => ("runq_latency", "latency_ns", "TRUE", "runq_ns"),
+            ThreadTime::OffCpuD => ("off_cpu", "dur_ns", "state = 'D'", "off_cpu_d_ns"),
+        };
+        let (from, ns, filter) = if self.indexed && step.ns() % 1_000_000_000 == 0 {
+            ("thread_second", second_ns, format!("{second_ns} > 0"))
+        } else {
+            (self.paired(view), view_ns, view_filter.to_owned())
+        };
+        format!(
+            "SELECT {h}date_bin({step}, ts) AS interval_start, pid,
+    coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm, sum({ns}) AS ns
+  FROM {from} WHERE {filter} AND {bounds}
+  GROUP BY {h}interval_start, pid",
+            step = step.sql(),
+        )
     }
 
     /// `host, ` with several recordings, else nothing: put it before a key

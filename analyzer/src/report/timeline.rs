@@ -17,7 +17,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample};
-use super::{task_deltas, Env};
+use super::{task_deltas, Env, ThreadTime};
 use crate::output::{self, Format};
 
 const fn system(name: &'static str, unit: &'static str, floor: f64, events: bool) -> MetricSpec {
@@ -115,7 +115,6 @@ pub fn sql(env: &Env) -> String {
     let h = env.h();
     let iv_s = env.interval.ns() as f64 / 1e9;
     let events = env.event_bounds("ts");
-    let process_comm = "coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm";
     let metric_filter = match &env.metric {
         Some(m) => format!("WHERE metric = '{m}'"),
         None => String::new(),
@@ -137,20 +136,14 @@ ticks AS (  -- CPU time split of the total line
   FROM counter_bins WHERE source = 'stat' AND name <> 'ctxt'
   GROUP BY {h}interval_start
 ),
-process_cpu AS (  -- on-CPU time per process, by the interval its slices start in
-  SELECT {h}{bin} AS interval_start, pid, {process_comm}, 100.0 * sum(dur_ns) / {iv_ns} AS value
-  FROM {cpu_time} WHERE {events}
-  GROUP BY {h}interval_start, pid
+process_cpu AS (  -- on-CPU time per process
+  SELECT {h}interval_start, pid, comm, 100.0 * ns / {iv_ns} AS value FROM ({on_cpu}) t
 ),
-process_runq AS (  -- run-queue wait per process, by the interval of the wakeup
-  SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(latency_ns) / 1e6 / {iv_s} AS value
-  FROM {runq_latency} WHERE {events}
-  GROUP BY {h}interval_start, pid
+process_runq AS (  -- run-queue wait per process
+  SELECT {h}interval_start, pid, comm, ns / 1e6 / {iv_s} AS value FROM ({runq}) t
 ),
 process_offcpu AS (  -- uninterruptible (D) off-CPU time per process
-  SELECT {h}{bin} AS interval_start, pid, {process_comm}, sum(dur_ns) / 1e6 / {iv_s} AS value
-  FROM {off_cpu} WHERE state = 'D' AND {events}
-  GROUP BY {h}interval_start, pid
+  SELECT {h}interval_start, pid, comm, ns / 1e6 / {iv_s} AS value FROM ({offcpu_d}) t
 ),
 {task_deltas},
 process_faults AS (  -- minor and major faults per process (task_stat snapshots)
@@ -178,9 +171,9 @@ metrics AS (
 SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
 ORDER BY {h}interval_start, metric, pid",
         bin = env.bin("ts"),
-        cpu_time = env.paired("cpu_time"),
-        runq_latency = env.paired("runq_latency"),
-        off_cpu = env.paired("off_cpu"),
+        on_cpu = env.thread_time_sql(ThreadTime::OnCpu, env.interval, &events),
+        runq = env.thread_time_sql(ThreadTime::Runq, env.interval, &events),
+        offcpu_d = env.thread_time_sql(ThreadTime::OffCpuD, env.interval, &events),
         vmstat = quoted(VMSTAT),
         ticks = quoted(CPU_TICKS),
         psi = quoted(PSI),

@@ -38,7 +38,8 @@ fn counts_and_time_range_match_the_fixture() {
             ("loss", 0, 0),
             ("cpu_slice", 0, 0),
             ("off_cpu_interval", 0, 0),
-            ("runq_wait", 0, 0)
+            ("runq_wait", 0, 0),
+            ("thread_second", 0, 0)
         ]
     );
     let switch = &summary.tables[0];

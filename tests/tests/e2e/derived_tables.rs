@@ -2,6 +2,7 @@
 //! chunks: its derived tables hold, row for row, what the raw-event views
 //! pair (except the intervals that span the recorder's restart, which the
 //! views pair across the gap and the derived tables by contract do not),
+//! `thread_second` equals the intervals split at second edges by SQL,
 //! reports give the same figures from either, and a query over
 //! `--memory-limit` stops with one line naming the limit.
 
@@ -37,6 +38,47 @@ const PAIRS: &[(&str, &str, &str, &str)] = &[
         "ts_run",
     ),
 ];
+
+/// Each `thread_second` column, the derived table whose intervals it
+/// splits, their end column, and which of their rows it counts.
+const SECOND_SHARES: &[(&str, &str, &str, &str)] = &[
+    ("on_cpu_ns", "cpu_slice", "ts_end", "TRUE"),
+    ("runq_ns", "runq_wait", "ts_run", "TRUE"),
+    ("off_cpu_s_ns", "off_cpu_interval", "ts_end", "state = 'S'"),
+    (
+        "off_cpu_r_ns",
+        "off_cpu_interval",
+        "ts_end",
+        "state IN ('R', 'R+')",
+    ),
+];
+
+/// Splits `source`'s intervals at second edges in SQL and compares the
+/// sums per (second, tid) with `thread_second.column`: (thread-seconds,
+/// only in the SQL split, only in the rollup).
+fn split_against_rollup(
+    rec: &Path,
+    column: &str,
+    source: &str,
+    end: &str,
+    filter: &str,
+) -> (i64, i64, i64) {
+    let s = 1_000_000_000i64;
+    let ctes = format!(
+        "WITH bounds AS (SELECT tid, CAST(ts AS BIGINT) AS b, CAST({end} AS BIGINT) AS e FROM {source} WHERE {filter}),
+         pieces AS (SELECT tid, s * {s} AS second, least(e, (s + 1) * {s}) - greatest(b, s * {s}) AS ns
+           FROM (SELECT tid, b, e, unnest(range(b / {s}, (e - 1) / {s} + 1)) AS s FROM bounds) p),
+         split AS (SELECT second, tid, sum(ns) AS ns FROM pieces GROUP BY second, tid HAVING sum(ns) > 0),
+         rollup AS (SELECT CAST(ts AS BIGINT) AS second, tid, sum({column}) AS ns FROM thread_second
+           GROUP BY 1, 2 HAVING sum({column}) > 0)"
+    );
+    let count = |query: &str| sql_count(rec, &format!("{ctes} {query}"));
+    (
+        count("SELECT count(*) FROM split"),
+        count("SELECT count(*) FROM (SELECT * FROM split EXCEPT SELECT * FROM rollup) d"),
+        count("SELECT count(*) FROM (SELECT * FROM rollup EXCEPT SELECT * FROM split) d"),
+    )
+}
 
 fn session_starts(rec: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(rec.join("recording.json")).unwrap();
@@ -95,7 +137,12 @@ fn derived_tables_equal_the_views_across_chunks_and_a_restart() {
         "no event was paired out of order: {out}"
     );
     assert!(hindsight_stdout(&["index", rec_s]).contains("indexed already"));
-    for table in ["cpu_slice", "off_cpu_interval", "runq_wait"] {
+    for table in [
+        "cpu_slice",
+        "off_cpu_interval",
+        "runq_wait",
+        "thread_second",
+    ] {
         let files = std::fs::read_dir(rec.join(table)).unwrap().count();
         assert_eq!(files, chunks, "{table}: one file per sched_switch chunk");
     }
@@ -136,6 +183,29 @@ fn derived_tables_equal_the_views_across_chunks_and_a_restart() {
         );
         assert_eq!(across, 0, "{table}: nothing paired across the restart");
     }
+
+    // thread_second against the intervals split at second edges in SQL.
+    for (column, source, end, filter) in SECOND_SHARES {
+        let (seconds, only_sql, only_rollup) =
+            split_against_rollup(&rec, column, source, end, filter);
+        assert!(seconds >= 6, "{column}: {seconds} thread-seconds");
+        assert_eq!(
+            (only_sql, only_rollup),
+            (0, 0),
+            "{column}: (second, tid, ns) only in {source} split by SQL, only in thread_second"
+        );
+    }
+    let over = sql_count(
+        &rec,
+        "SELECT count(*) FROM (SELECT ts, tid FROM thread_second GROUP BY ts, tid
+         HAVING sum(on_cpu_ns) + sum(runq_ns) > 1000000000) t",
+    );
+    assert_eq!(
+        over, 0,
+        "no thread ran or waited more than a second in a second"
+    );
+    let timeline = hindsight_stdout(&["report", "timeline", rec_s, "--show-sql"]);
+    assert!(timeline.contains("FROM thread_second"), "{timeline}");
 
     // The report reads the derived table now, with the same figures.
     assert!(runqlat(&["--show-sql"]).contains("FROM runq_wait"));

@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 use hindsight_schemas::time::rfc3339;
 
 use super::baseline::{Departure, Incident};
-use super::{timeline, Env, Interval};
+use super::{timeline, Env, Interval, ThreadTime};
 use crate::flamegraph;
 use crate::info::{self, Summary};
 use crate::output::Format;
@@ -200,22 +200,18 @@ SELECT CAST(t AS BIGINT) AS t, series, CAST(value AS DOUBLE) AS value FROM serie
     )
 }
 
-/// The statement behind the process chart: on-CPU time per process and
-/// interval of `step`, as `% of one CPU`, by the interval each slice starts
-/// in (as `report timeline` counts `process_cpu`).
-/// `slices` is `cpu_time` or its derived table ([`Env::paired`]).
-pub fn process_cpu_sql((start, end): (i64, i64), step: Interval, slices: &str) -> String {
+/// The statement behind the process chart: on-CPU nanoseconds per process
+/// and interval of `step`, counted as `report timeline` counts
+/// `process_cpu` ([`Env::thread_time_sql`]).
+pub fn process_cpu_sql(env: &Env, (start, end): (i64, i64), step: Interval) -> String {
+    let bounds = format!(
+        "ts >= {} AND ts < {}",
+        super::timestamp(start),
+        super::timestamp(end)
+    );
     format!(
-        "SELECT CAST(date_bin({step}, ts) AS BIGINT) AS t, pid,
-  coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm,
-  sum(dur_ns) AS ns
-FROM {slices}
-WHERE ts >= {from} AND ts < {to}
-GROUP BY 1, 2
-ORDER BY 1, 2",
-        step = step.sql(),
-        from = super::timestamp(start),
-        to = super::timestamp(end),
+        "SELECT CAST(interval_start AS BIGINT) AS t, pid, comm, ns FROM ({}) t ORDER BY 1, 2",
+        env.thread_time_sql(ThreadTime::OnCpu, step, &bounds)
     )
 }
 
@@ -336,7 +332,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
     let incidents = timeline::incidents(&samples, &env);
     let system = system_series(&query(system_sql(window, step)).await?)?;
     let processes = busiest_processes(
-        &query(process_cpu_sql(window, step, env.paired("cpu_time"))).await?,
+        &query(process_cpu_sql(&env, window, step)).await?,
         window,
         step,
         request.top,
