@@ -10,6 +10,13 @@
 #                raw tables, as the runq_latency view does, and bins log2 slots
 #   runqlat-10s  the same on a 10 s window in the middle (--from/--to)
 #   timeline     `report timeline --interval 10s` (DuckDB: no equivalent)
+#   cpu          on-CPU time per process and 10 s (the timeline's process_cpu):
+#                hindsight sums thread_second; DuckDB pairs raw switches per CPU
+#                with lead(), as the cpu_time view does
+#   runqlat-1m, timeline-1m, atop-1m
+#                the issue's "whole budget at 1 m intervals" questions (atop
+#                reads counters and task snapshots: a `--events sched`
+#                recording has none, and it answers at once)
 #   count        `SELECT count(*) FROM runq_wait` against DuckDB counting the same
 #                Parquet files
 #   raw-runqlat  (RAW=1 only) runqlat before indexing, from the views: minutes
@@ -21,6 +28,11 @@
 #   bench/analyzer.sh REC                 # an existing recording (indexed by the script)
 #   RECORD=90 bench/analyzer.sh REC       # first record a 90 s switch storm into REC
 #   ROUNDS=5 RAW=1 bench/analyzer.sh REC
+#   RECORD=90 MIXED=1 COPIES=15 bench/analyzer.sh REC
+#                                         # every event group under the storm and
+#                                         # bench/soak.sh's loads, then made 15 times
+#                                         # as long (REC.x15) by examples/replicate
+#                                         # (`cargo build --release --example replicate`)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$repo/target/release}
@@ -33,12 +45,35 @@ python3 -c 'import duckdb' 2>/dev/null || python3 -m pip install --quiet duckdb
 
 if [ -n "${RECORD:-}" ]; then
   rm -rf "$rec"
-  "$bin/hindsight-record" -o "$rec" -d "${RECORD}s" --events sched 2>"$work/record.log" &
+  events=(--events sched)
+  [ -n "${MIXED:-}" ] && events=()
+  "$bin/hindsight-record" -o "$rec" -d "${RECORD}s" "${events[@]}" 2>"$work/record.log" &
   recorder=$!
   sleep 2
   end=$((SECONDS + RECORD - 4))
+  loads=()
+  if [ -n "${MIXED:-}" ]; then
+    # bench/soak.sh's loads beside the storm: CPU bursts, page faults, page cache.
+    dd if=/dev/urandom of="$work/cachefile" bs=1M count=64 status=none
+    (while [ $SECONDS -lt $end ]; do "$bin/hs-load" burn 2 >/dev/null; sleep 3; done) &
+    loads+=($!)
+    (while [ $SECONDS -lt $end ]; do "$bin/hs-load" touch 20000 100 >/dev/null; sleep 5; done) &
+    loads+=($!)
+    (while [ $SECONDS -lt $end ]; do
+      "$bin/hs-load" evict "$work/cachefile" >/dev/null
+      "$bin/hs-load" read "$work/cachefile" >/dev/null
+      sleep 5
+    done) &
+    loads+=($!)
+  fi
   while [ $SECONDS -lt $end ]; do "$bin/hs-pingpong" --rounds 200000 >/dev/null; done
-  wait $recorder
+  wait "${loads[@]}" $recorder
+fi
+if [ -n "${COPIES:-}" ]; then
+  # A long recording from this one: COPIES shifted copies, one after another.
+  rm -rf "$rec.x$COPIES"
+  "$bin/examples/replicate" "$rec" "$rec.x$COPIES" "$COPIES"
+  rec=$rec.x$COPIES
 fi
 
 # `measure NAME CMD...`: one timed run; appends "NAME seconds kib" to results.
@@ -74,7 +109,7 @@ wakeups=$("$bin/hindsight" sql "$rec" -f csv "SELECT count(*) FROM sched_wakeup"
 
 slot="CASE WHEN lat < 2000 THEN 0 ELSE CAST(floor(log2(lat / 1000)) AS BIGINT) END"
 duck_raw_runqlat() {
-  local where=$1
+  local where=$1 bucket=${2:-10 seconds}
   echo "WITH ev AS (
     SELECT ts, tid, pid, FALSE AS is_run FROM read_parquet('REC/sched_wakeup/*.parquet') $where
     UNION ALL
@@ -82,20 +117,29 @@ duck_raw_runqlat() {
     WHERE next_tid <> 0 ${where/WHERE/AND}),
   e AS (SELECT ts, pid, is_run, lead(ts) OVER w AS ts_run, lead(is_run) OVER w AS next_run
         FROM ev WINDOW w AS (PARTITION BY tid ORDER BY ts, is_run)),
-  waits AS (SELECT time_bucket(INTERVAL '10 seconds', ts) AS b, pid,
+  waits AS (SELECT time_bucket(INTERVAL '$bucket', ts) AS b, pid,
                    epoch_ns(ts_run) - epoch_ns(ts) AS lat
             FROM e WHERE NOT is_run AND next_run)
   SELECT b, $slot AS slot, count(*), sum(lat) FROM waits GROUP BY ALL ORDER BY ALL"
 }
 window="WHERE ts >= TIMESTAMPTZ '$from' AND ts < TIMESTAMPTZ '$to'"
+# On-CPU time per process and 10 s from the raw switches: a slice runs from a
+# switch-in to the next switch on that CPU when it names the same thread
+# leaving (the cpu_time view's rule), counted in the interval it starts in.
+duck_raw_cpu="WITH s AS (
+    SELECT ts, next_tid, next_pid, lead(ts) OVER w AS ts_end, lead(prev_tid) OVER w AS out_tid
+    FROM read_parquet('REC/sched_switch/*.parquet') WINDOW w AS (PARTITION BY cpu ORDER BY ts))
+  SELECT time_bucket(INTERVAL '10 seconds', ts) AS b, next_pid, sum(epoch_ns(ts_end) - epoch_ns(ts))
+  FROM s WHERE next_tid <> 0 AND out_tid = next_tid GROUP BY ALL ORDER BY ALL"
 
+derived=("$rec"/cpu_slice "$rec"/off_cpu_interval "$rec"/runq_wait "$rec"/thread_second)
 if [ -n "${RAW:-}" ]; then
-  rm -rf "$rec"/cpu_slice "$rec"/off_cpu_interval "$rec"/runq_wait
+  rm -rf "${derived[@]}"
   measure raw-runqlat:hindsight "$bin/hindsight" report runqlat "$rec" --interval 10s --top 3
   measure raw-runqlat:duckdb "${duck[@]}" "$(duck_raw_runqlat "")"
 fi
 measure index:hindsight "$bin/hindsight" index --force "$rec"
-bytes_derived=$(du -cb "$rec"/cpu_slice "$rec"/off_cpu_interval "$rec"/runq_wait | tail -1 | cut -f1)
+bytes_derived=$(du -cb "${derived[@]}" | tail -1 | cut -f1)
 bytes_raw=$(du -cb "$rec"/sched_switch "$rec"/sched_wakeup | tail -1 | cut -f1)
 
 for _ in $(seq "$rounds"); do
@@ -104,6 +148,13 @@ for _ in $(seq "$rounds"); do
   measure runqlat-10s:hindsight "$bin/hindsight" report runqlat "$rec" --interval 10s --top 3 --from "$from" --to "$to"
   measure runqlat-10s:duckdb "${duck[@]}" "$(duck_raw_runqlat "$window")"
   measure timeline:hindsight "$bin/hindsight" report timeline "$rec" --interval 10s
+  measure cpu:hindsight "$bin/hindsight" sql "$rec" \
+    "SELECT date_bin(INTERVAL '10 seconds', ts) AS b, pid, sum(on_cpu_ns) FROM thread_second GROUP BY 1, 2 ORDER BY 1, 2"
+  measure cpu:duckdb "${duck[@]}" "$duck_raw_cpu"
+  measure runqlat-1m:hindsight "$bin/hindsight" report runqlat "$rec" --interval 1m --top 3
+  measure runqlat-1m:duckdb "${duck[@]}" "$(duck_raw_runqlat "" "1 minute")"
+  measure timeline-1m:hindsight "$bin/hindsight" report timeline "$rec" --interval 1m
+  measure atop-1m:hindsight "$bin/hindsight" report atop "$rec" --interval 1m
   measure count:hindsight "$bin/hindsight" sql "$rec" "SELECT count(*) FROM runq_wait"
   measure count:duckdb "${duck[@]}" "SELECT count(*) FROM read_parquet('REC/runq_wait/*.parquet')"
 done
