@@ -112,8 +112,10 @@ pub enum ReportCommand {
     Html(HtmlArgs),
 }
 
-const RUNQLAT_ABOUT: &str = "Per interval, run-queue latency: the time from a thread's wakeup \
-(`sched_wakeup`) to its next switch-in (`sched_switch`), from the `runq_wait` table where the \
+const RUNQLAT_ABOUT: &str = "Per interval, run-queue latency: the time a thread waited to run, \
+from its wakeup (`sched_wakeup`) or from being preempted (switched out runnable, `prev_state` R) \
+to its next switch-in (`sched_switch`), as BCC's runqlat counts it and the kernel's run_delay \
+(/proc/PID/schedstat) sums it; from the `runq_wait` table where the \
 recording is indexed (`hindsight index`, seconds on a busy hour) and else the `runq_latency` \
 view (which pairs the events in every query: minutes on a busy hour), as log2 \
 histograms in microseconds like BCC's runqlat: slot [usecs_low, usecs_high] counts the waits of \
@@ -219,7 +221,7 @@ nothing was recorded into it. `ts` is a UTC timestamp; compare it with a literal
 TIMESTAMP '2024-05-01T12:00:00Z'. With several recordings, each table is the UNION ALL of \
 them with a `host` column added last. The query is the last argument; quote it. Queries are \
 read-only. The helper views cpu_time (on-CPU slices), off_cpu (blocked intervals), \
-runq_latency (wakeup to run) and counter_rate (counter deltas and rates) are there too; \
+runq_latency (waits to run after a wakeup or a preemption) and counter_rate (counter deltas and rates) are there too; \
 on long recordings query the tables `hindsight index` derives instead (cpu_slice, \
 off_cpu_interval, runq_wait: the same rows, without pairing events in every query). \
 `hindsight sql rec/` then `\\d NAME` describes any of them.\n\n\

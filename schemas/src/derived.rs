@@ -89,17 +89,19 @@ pub static OFF_CPU_INTERVAL: Table = Table {
 pub static RUNQ_WAIT: Table = Table {
     name: "runq_wait",
     group: DERIVED_GROUP,
-    doc: "Run-queue waits after a wakeup, paired once: the rows of the `runq_latency` view (from a \
-          `sched_wakeup` to the thread's next switch-in, BCC's runqlat), written by `hindsight index`.",
+    doc: "Run-queue waits, paired once: the rows of the `runq_latency` view (from a wakeup, or from a switch-out \
+          that left the thread runnable, to the thread's next switch-in: BCC's runqlat, the kernel's `run_delay`), \
+          written by `hindsight index`.",
     sort_key: &["tid", "ts"],
     columns: &[
-        col("ts", Timestamp, "ns, UTC", "When the thread was woken."),
+        col("ts", Timestamp, "ns, UTC", "When the thread began to wait: woken, or preempted."),
         col("ts_run", Timestamp, "ns, UTC", "When it next ran."),
         col("latency_ns", Int64, "ns", "Time it waited to run: `ts_run - ts`."),
         col("tid", Int32, "", "Thread."),
         col("pid", Int32, "", "Process of the thread."),
-        col("comm", Name, "", "Thread name at the wakeup."),
+        col("comm", Name, "", "Thread name when it began to wait."),
         col("cpu", Int32, "", "CPU it ran on."),
+        col("after", Name, "", "What the wait followed: `wakeup` (a `sched_wakeup`) or `preemption` (switched out in state `R`)."),
     ],
 };
 
@@ -120,13 +122,13 @@ pub static THREAD_SECOND: Table = Table {
         col("pid", Int32, "", "Process of the thread."),
         col("comm", Name, "", "Thread name (of the last interval counted)."),
         col("on_cpu_ns", Int64, "ns", "Time on a CPU in this second (`cpu_slice`)."),
-        col("runq_ns", Int64, "ns", "Time waiting to run after a wakeup in this second (`runq_wait`)."),
+        col("runq_ns", Int64, "ns", "Time waiting in a run queue (after a wakeup or a preemption) in this second (`runq_wait`)."),
         col("off_cpu_s_ns", Int64, "ns", "Time off the CPU asleep (`S`, interruptible) in this second."),
         col("off_cpu_d_ns", Int64, "ns", "Time off the CPU in uninterruptible sleep (`D`, usually I/O) in this second."),
         col("off_cpu_r_ns", Int64, "ns", "Time off the CPU while still runnable (`R`, preempted) in this second."),
         col("off_cpu_other_ns", Int64, "ns", "Time off the CPU in any other state (`T`, `t`, `I`, ...) in this second."),
         col("runs", Int64, "", "On-CPU slices that began in this second (switch-ins)."),
-        col("wakeups", Int64, "", "Run-queue waits that began in this second (wakeups followed by a run)."),
+        col("waits", Int64, "", "Run-queue waits that began in this second (`runq_wait` rows)."),
     ],
 };
 

@@ -10,9 +10,9 @@
 //! before switch-outs and those before switch-ins, the tie order of the
 //! views' `ORDER BY ts, is_in`.
 //!
-//! State is per CPU (the thread on it) and per thread (its last switch-out
-//! and last wakeup, while waiting for a switch-in): memory follows the live
-//! threads and the reorder window, never the rows. Finished rows gather in
+//! State is per CPU (the thread on it) and per thread (on a CPU or not, its
+//! last switch-out, and when it began to wait to run): memory follows the
+//! live threads and the reorder window, never the rows. Finished rows gather in
 //! Arrow builders until [`Pairing::take`] hands them out.
 
 use std::cmp::Reverse;
@@ -80,10 +80,22 @@ struct Out {
     stack_id: Option<i64>,
 }
 
+/// The start of a wait in a run queue: a wakeup, or a switch-out that
+/// left the thread runnable (`R`, preempted).
+#[derive(Clone, Copy)]
+struct WaitStart {
+    ts: i64,
+    pid: i32,
+    comm: u32,
+    preempted: bool,
+}
+
 #[derive(Clone, Copy, Default)]
 struct ThreadState {
+    /// On a CPU since its last switch-in; false too while not yet seen.
+    running: bool,
     out: Option<Out>,
-    wakeup: Option<Wakeup>,
+    wait: Option<WaitStart>,
 }
 
 /// Names (`comm`, `prev_state`) as small integers, so events stay `Copy`.
@@ -266,7 +278,7 @@ struct Cell {
     comm: u32,
     ns: [i64; 6],
     runs: i64,
-    wakeups: i64,
+    waits: i64,
 }
 
 /// `thread_second` rows being summed: each interval split at the edges of
@@ -293,7 +305,7 @@ impl Seconds {
             if second == first {
                 match share {
                     Share::OnCpu => cell.runs += 1,
-                    Share::Runq => cell.wakeups += 1,
+                    Share::Runq => cell.waits += 1,
                     _ => {}
                 }
             }
@@ -318,7 +330,7 @@ impl Seconds {
         let mut comm = StringDictionaryBuilder::<Int32Type>::new();
         let mut ns: Vec<Int64Builder> = (0..6).map(|_| Int64Builder::new()).collect();
         let mut runs = Int64Builder::with_capacity(done.len());
-        let mut wakeups = Int64Builder::with_capacity(done.len());
+        let mut waits = Int64Builder::with_capacity(done.len());
         for ((second, thread), cell) in &done {
             ts.append_value(*second);
             tid.append_value(*thread);
@@ -328,7 +340,7 @@ impl Seconds {
                 builder.append_value(v);
             }
             runs.append_value(cell.runs);
-            wakeups.append_value(cell.wakeups);
+            waits.append_value(cell.waits);
         }
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(ts.finish().with_timezone("UTC")),
@@ -338,7 +350,7 @@ impl Seconds {
         ];
         columns.extend(ns.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         columns.push(Arc::new(runs.finish()));
-        columns.push(Arc::new(wakeups.finish()));
+        columns.push(Arc::new(waits.finish()));
         RecordBatch::try_new(THREAD_SECOND.schema(), columns).expect("cells match thread_second")
     }
 }
@@ -565,8 +577,22 @@ impl Pairing {
         self.instant = instant;
     }
 
+    /// A wakeup starts a wait only for a thread off the CPU and not yet
+    /// runnable: the kernel also reports wakeups of a thread still on its
+    /// CPU (woken between deciding to sleep and switching out), which do not
+    /// make it wait, and a preempted thread waits from its switch-out. Of
+    /// several wakeups before a run, the last counts (BCC's runqlat).
     fn wake(&mut self, wakeup: Wakeup) {
-        self.threads.entry(wakeup.tid).or_default().wakeup = Some(wakeup);
+        let thread = self.threads.entry(wakeup.tid).or_default();
+        if thread.running || thread.wait.is_some_and(|w| w.preempted) {
+            return;
+        }
+        thread.wait = Some(WaitStart {
+            ts: wakeup.ts,
+            pid: wakeup.pid,
+            comm: wakeup.comm,
+            preempted: false,
+        });
     }
 
     fn switch_out(&mut self, s: &Switch) {
@@ -582,11 +608,20 @@ impl Pairing {
             cpu: s.cpu,
             stack_id: s.stack_id,
         });
-        let thread = self.threads.entry(s.prev_tid).or_default();
-        thread.out = out;
         if dead {
             self.threads.remove(&s.prev_tid);
+            return;
         }
+        let preempted = self.names.name(s.prev_state) == "R";
+        let thread = self.threads.entry(s.prev_tid).or_default();
+        thread.running = false;
+        thread.out = out;
+        thread.wait = preempted.then_some(WaitStart {
+            ts: s.ts,
+            pid: s.prev_pid,
+            comm: s.prev_comm,
+            preempted: true,
+        });
     }
 
     fn switch_in(&mut self, s: &Switch) {
@@ -616,10 +651,10 @@ impl Pairing {
             comm: s.next_comm,
             prio: s.next_prio,
         });
-        let Some(thread) = self.threads.remove(&s.next_tid) else {
-            return;
-        };
-        if let Some(out) = thread.out {
+        let thread = self.threads.entry(s.next_tid).or_default();
+        thread.running = true;
+        let (out, wait) = (thread.out.take(), thread.wait.take());
+        if let Some(out) = out {
             self.off_cpu.push(
                 out.ts,
                 s.ts,
@@ -636,15 +671,20 @@ impl Pairing {
             self.seconds
                 .add(out.ts, s.ts, (s.next_tid, out.pid, out.comm), share);
         }
-        if let Some(wakeup) = thread.wakeup {
+        if let Some(wait) = wait {
+            let after = if wait.preempted {
+                "preemption"
+            } else {
+                "wakeup"
+            };
             self.runq.push(
-                wakeup.ts,
+                wait.ts,
                 s.ts,
-                &[s.next_tid, wakeup.pid, s.cpu],
-                &[self.names.name(wakeup.comm)],
+                &[s.next_tid, wait.pid, s.cpu],
+                &[self.names.name(wait.comm), after],
             );
-            let who = (s.next_tid, wakeup.pid, wakeup.comm);
-            self.seconds.add(wakeup.ts, s.ts, who, Share::Runq);
+            let who = (s.next_tid, wait.pid, wait.comm);
+            self.seconds.add(wait.ts, s.ts, who, Share::Runq);
         }
     }
 
@@ -809,6 +849,47 @@ mod tests {
         assert_eq!(off, vec![(20, 35, 7, "S".into())]);
         assert_eq!(runq, vec![(30, 35, 7, "t7".into())]);
         assert_eq!(late, 0);
+    }
+
+    /// `runq_wait` rows with their `after` column.
+    fn waits(batches: &[(&[Sw], &[Wk])]) -> Out {
+        let mut pairing = Pairing::new(vec![]);
+        for (sw, wk) in batches {
+            pairing.push_switches(&switches(sw)).unwrap();
+            pairing.push_wakeups(&wakeups(wk)).unwrap();
+        }
+        pairing.finish();
+        rows(&pairing.take()[2], 3, 7)
+    }
+
+    #[test]
+    fn a_preempted_thread_waits_from_its_switch_out() {
+        // 7 is preempted at 20 (a wakeup at 25 changes nothing: it is
+        // runnable already) and runs again at 35.
+        let sw: &[Sw] = &[(10, 0, 0, "R", 7), (20, 0, 7, "R", 8), (35, 1, 0, "R", 7)];
+        assert_eq!(
+            waits(&[(sw, &[(25, 0, 7)])]),
+            vec![(20, 35, 7, "preemption".into())]
+        );
+    }
+
+    #[test]
+    fn a_wakeup_of_a_thread_on_its_cpu_starts_no_wait() {
+        // Woken at 15 while still on CPU 0, 7 then blocks at 20; its next run
+        // at 40 follows no wakeup that was seen: no wait, not one of 25 ns.
+        let blocked: &[Sw] = &[(10, 0, 0, "R", 7), (20, 0, 7, "S", 0), (40, 1, 0, "R", 7)];
+        assert_eq!(waits(&[(blocked, &[(15, 0, 7)])]), vec![]);
+        // Woken at 15 on CPU, preempted at 20: it waited from 20.
+        let preempted: &[Sw] = &[(10, 0, 0, "R", 7), (20, 0, 7, "R", 8), (40, 1, 0, "R", 7)];
+        assert_eq!(
+            waits(&[(preempted, &[(15, 0, 7)])]),
+            vec![(20, 40, 7, "preemption".into())]
+        );
+        // Blocked at 20, woken at 30: a wait after a wakeup.
+        assert_eq!(
+            waits(&[(blocked, &[(15, 0, 7), (30, 0, 7)])]),
+            vec![(30, 40, 7, "wakeup".into())]
+        );
     }
 
     #[test]

@@ -133,34 +133,60 @@ WHERE NOT is_in AND next_is_in",
 
 pub static RUNQ_LATENCY: View = View {
     name: "runq_latency",
-    doc: "Run-queue latency: one row per wakeup (`sched_wakeup`) of a thread that then ran, from the wakeup to \
-          the thread's next switch-in (`sched_switch` with it as `next`), as BCC's runqlat measures it. \
-          A wakeup followed by another wakeup of the same thread before it ran counts from the last one.",
+    doc: "Run-queue latency: one row per wait of a thread to run, as BCC's runqlat counts them and the kernel's \
+          `run_delay` (`/proc/PID/schedstat`) sums them: from a wakeup (`sched_wakeup`) of a thread off the CPU, \
+          or from a switch-out that left it runnable (`prev_state` `R`, preempted), to its next switch-in. \
+          Of several wakeups before a run the last counts; a wakeup of a thread still on its CPU (woken before it \
+          switched out) or already preempted starts no wait; a switch-out in any other state ends the wait \
+          unpaired.",
     columns: &[
-        col("ts", Timestamp, false, "ns, UTC", "When the thread was woken."),
+        col("ts", Timestamp, false, "ns, UTC", "When the thread began to wait: woken, or preempted."),
         col("ts_run", Timestamp, false, "ns, UTC", "When it next ran."),
         col("latency_ns", Int64, false, "ns", "Time it waited to run: `ts_run - ts`."),
         col("tid", Int32, false, "", "Thread."),
         col("pid", Int32, false, "", "Process of the thread."),
-        col("comm", Text, false, "", "Thread name at the wakeup."),
+        col("comm", Text, false, "", "Thread name when it began to wait."),
         col("cpu", Int32, false, "", "CPU it ran on."),
+        col("after", Text, false, "", "What the wait followed: `wakeup` or `preemption`."),
     ],
-    template: "SELECT {host}ts, ts_run, CAST(ts_run AS BIGINT) - CAST(ts AS BIGINT) AS latency_ns, tid, pid, comm, run_cpu AS cpu
+    // Per thread, in time order (wakeups, then switch-outs, then switch-ins
+    // at one instant): `run` numbers the stretches between switches, each
+    // opened by one switch (none before the thread's first); a wakeup
+    // starts a wait only in a stretch opened by a switch-out not `R`, or
+    // before the first switch; an `R` switch-out starts one itself; a wait
+    // pairs with the switch-in right after it, where another wait start or
+    // a switch-out does not intervene.
+    template: "SELECT {host}ts, ts_run, CAST(ts_run AS BIGINT) - CAST(ts AS BIGINT) AS latency_ns, tid, pid, comm, run_cpu AS cpu,
+  CASE WHEN kind = 0 THEN 'wakeup' ELSE 'preemption' END AS after
 FROM (
-  SELECT {host}ts, tid, pid, comm, is_run,
+  SELECT {host}ts, tid, pid, comm, kind, state,
     lead(ts) OVER thread AS ts_run,
     lead(cpu) OVER thread AS run_cpu,
-    lead(is_run) OVER thread AS next_is_run
+    lead(kind) OVER thread AS next_kind
   FROM (
-    SELECT {host}ts, tid, pid, CAST(comm AS VARCHAR) AS comm, target_cpu AS cpu, FALSE AS is_run
-    FROM sched_wakeup
-    UNION ALL
-    SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), cpu, TRUE
-    FROM sched_switch WHERE next_tid <> 0
-  ) events
-  WINDOW thread AS (PARTITION BY {host}tid ORDER BY ts, is_run)
+    SELECT {host}ts, tid, pid, comm, kind, state, cpu,
+      first_value(kind) OVER (PARTITION BY {host}tid, run ORDER BY ts, kind) AS opened_by,
+      first_value(state) OVER (PARTITION BY {host}tid, run ORDER BY ts, kind) AS opened_in
+    FROM (
+      SELECT {host}ts, tid, pid, comm, kind, state, cpu,
+        sum(CASE WHEN kind > 0 THEN 1 ELSE 0 END) OVER (PARTITION BY {host}tid ORDER BY ts, kind ROWS UNBOUNDED PRECEDING) AS run
+      FROM (
+        SELECT {host}ts, tid, pid, CAST(comm AS VARCHAR) AS comm, 0 AS kind, CAST(NULL AS VARCHAR) AS state, target_cpu AS cpu
+        FROM sched_wakeup
+        UNION ALL
+        SELECT {host}ts, prev_tid, prev_pid, CAST(prev_comm AS VARCHAR), 1, CAST(prev_state AS VARCHAR), cpu
+        FROM sched_switch WHERE prev_tid <> 0
+        UNION ALL
+        SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), 2, CAST(NULL AS VARCHAR), cpu
+        FROM sched_switch WHERE next_tid <> 0
+      ) events
+    ) numbered
+  ) opened
+  WHERE kind = 2 OR kind = 1
+    OR (kind = 0 AND (opened_by = 0 OR (opened_by = 1 AND opened_in <> 'R')))
+  WINDOW thread AS (PARTITION BY {host}tid ORDER BY ts, kind)
 ) edges
-WHERE NOT is_run AND next_is_run",
+WHERE (kind = 0 OR (kind = 1 AND state = 'R')) AND next_kind = 2",
 };
 
 pub static COUNTER_RATE: View = View {

@@ -1,6 +1,6 @@
-//! `report runqlat`: run-queue latency (wakeup to the thread's next
-//! switch-in, the `runq_latency` view) as log2 histograms in microseconds,
-//! like BCC's runqlat: per interval for the whole system (`kind` = `all`)
+//! `report runqlat`: run-queue latency (from a wakeup or a preemption to
+//! the thread's next switch-in, the `runq_latency` view) as log2 histograms
+//! in microseconds, like BCC's runqlat: per interval for the whole system (`kind` = `all`)
 //! and for the `--top` processes that waited longest (`kind` = `process`).
 //!
 //! Slot `s` holds latencies of `us` whole microseconds with
@@ -31,7 +31,7 @@ pub fn sql(env: &Env) -> String {
         }
     };
     format!(
-        "WITH waits AS (  -- every wakeup that ran, with its log2 slot in microseconds
+        "WITH waits AS (  -- every wait that ended in a run, with its log2 slot in microseconds
   SELECT {h}{bin} AS interval_start, pid, comm, latency_ns,
     CASE WHEN latency_ns < 2000 THEN 0
          ELSE CAST(floor(log2(CAST(latency_ns / 1000 AS DOUBLE))) AS BIGINT) END AS slot
@@ -152,7 +152,7 @@ pub fn write_table(batches: &[RecordBatch], out: &mut impl Write) -> Result<()> 
     if rows.is_empty() {
         writeln!(
             out,
-            "no wakeups followed by a run in the range (is the sched group recorded?)"
+            "no waits followed by a run in the range (is the sched group recorded?)"
         )?;
     }
     Ok(())

@@ -23,7 +23,8 @@ impl Lcg {
 }
 
 /// What the simulation knows: per thread, the on-CPU time of its completed
-/// slices, its off-CPU time by state, and every wakeup-to-run latency.
+/// slices, its off-CPU time by state, and every wait to run (after a
+/// wakeup or a preemption).
 #[derive(Default)]
 struct Truth {
     on_cpu_ns: BTreeMap<i32, i64>,
@@ -34,6 +35,8 @@ struct Truth {
 /// Two CPUs, threads 11..=15 of process 10 and idle; 400 switches at
 /// random moments. A thread switched out sleeping (`S`) is woken at a
 /// random moment before it next runs; one preempted (`R`) is not woken.
+/// Half the threads leaving a CPU were also woken a moment before, while
+/// still on it (the kernel reports such wakeups): those start no wait.
 fn simulate(rec: &Rec) -> Truth {
     let mut rng = Lcg(42);
     let mut truth = Truth::default();
@@ -56,6 +59,9 @@ fn simulate(rec: &Rec) -> Truth {
         let next = candidates[rng.next(candidates.len() as u64) as usize];
         let prev = running[cpu];
         let state = if rng.next(3) == 0 { "R" } else { "S" };
+        if prev != 0 && started[cpu] && since[cpu] < now - 1 && rng.next(2) == 0 {
+            wakeups.push(wakeup(now - 1, prev, cpu));
+        }
         if prev != 0 {
             if started[cpu] {
                 *truth.on_cpu_ns.entry(prev).or_default() += (now - since[cpu]) * 1_000_000;
@@ -72,10 +78,11 @@ fn simulate(rec: &Rec) -> Truth {
                     // Woken somewhere in (out_at, now]; the run follows at `now`.
                     let woken = out_at + 1 + rng.next((now - out_at).max(1) as u64) as i64;
                     let woken = woken.min(now);
-                    wakeups.push(json!({"ts": t(woken), "cpu": 1 - cpu, "tid": next, "pid": 10,
-                        "comm": format!("w{next}"), "target_cpu": cpu, "waker_tid": 0, "waker_pid": 0,
-                        "new_task": false, "prio": 120}));
+                    wakeups.push(wakeup(woken, next, cpu));
                     truth.latencies_ns.push((next, (now - woken) * 1_000_000));
+                } else {
+                    // Preempted: it waited from its switch-out.
+                    truth.latencies_ns.push((next, (now - out_at) * 1_000_000));
                 }
             }
         }
@@ -105,6 +112,12 @@ fn simulate(rec: &Rec) -> Truth {
         &wakeups,
     );
     truth
+}
+
+/// A `sched_wakeup` row of thread `tid` (process 10) onto `cpu`.
+fn wakeup(ms: i64, tid: i32, cpu: usize) -> Value {
+    json!({"ts": t(ms), "cpu": 1 - cpu, "tid": tid, "pid": 10, "comm": format!("w{tid}"),
+        "target_cpu": cpu, "waker_tid": 0, "waker_pid": 0, "new_task": false, "prio": 120})
 }
 
 fn rows(rec: &Rec, sql: &str) -> Vec<Value> {
@@ -162,7 +175,7 @@ fn off_cpu_sums_per_state_equal_the_simulation() {
 }
 
 #[test]
-fn runq_latency_is_wakeup_to_next_run() {
+fn runq_latency_is_wakeup_or_preemption_to_next_run() {
     let fx = Fixture::new();
     let rec = fx.recording("rec", "h");
     let mut truth = simulate(&rec).latencies_ns;
