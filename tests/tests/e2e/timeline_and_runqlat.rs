@@ -11,7 +11,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hindsight_stdout, load, quiet, run, shared, sql_count, utc_now_ns, Recorder, Scratch,
+    bin, hindsight_stdout, load, quiet, shared, sql_count, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
