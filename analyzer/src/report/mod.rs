@@ -250,31 +250,71 @@ impl Env {
     }
 
     /// The statement giving one kind of thread time per `step` interval
-    /// and process: `[host,] interval_start, pid, comm, ns`, for the rows
-    /// whose `ts` meets `bounds`. Indexed, with `step` a whole number of
-    /// seconds, it sums `thread_second`, where every interval is already
-    /// split at second edges, so a process never has more CPU time in an
-    /// interval than the interval holds; otherwise it sums the helper
-    /// view (or its derived table), each interval counted whole in the
-    /// interval it starts in.
-    pub fn thread_time_sql(&self, kind: ThreadTime, step: Interval, bounds: &str) -> String {
+    /// and process: `[host,] interval_start, pid, comm, ns`, for the
+    /// intervals from `first` (a bin start) to before `end`. Every interval
+    /// of time is split at the bin edges, so a process never has more CPU
+    /// time in a bin than the bin holds and a long sleep spreads over the
+    /// bins it covers. Indexed, with `step` a whole number of seconds, it
+    /// sums `thread_second`, split at second edges once by the index;
+    /// otherwise it splits the rows of the helper view (or of its derived
+    /// table) here.
+    pub fn thread_time_sql(
+        &self,
+        kind: ThreadTime,
+        step: Interval,
+        (first, end): (Option<i64>, Option<i64>),
+    ) -> String {
         let h = self.h();
-        let (view, view_ns, view_filter, second_ns) = match kind {
-            ThreadTime::OnCpu => ("cpu_time", "dur_ns", "TRUE", "on_cpu_ns"),
-            ThreadTime::Runq => ("runq_latency", "latency_ns", "TRUE", "runq_ns"),
-            ThreadTime::OffCpuD => ("off_cpu", "dur_ns", "state = 'D'", "off_cpu_d_ns"),
+        let comm = "coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm";
+        let (view, view_end, view_filter, second_ns) = match kind {
+            ThreadTime::OnCpu => ("cpu_time", "ts_end", "TRUE", "on_cpu_ns"),
+            ThreadTime::Runq => ("runq_latency", "ts_run", "TRUE", "runq_ns"),
+            ThreadTime::OffCpuD => ("off_cpu", "ts_end", "state = 'D'", "off_cpu_d_ns"),
         };
-        let (from, ns, filter) = if self.indexed && step.ns() % 1_000_000_000 == 0 {
-            ("thread_second", second_ns, format!("{second_ns} > 0"))
-        } else {
-            (self.paired(view), view_ns, view_filter.to_owned())
+        let bins = |column: &str| {
+            let mut terms = vec!["TRUE".to_owned()];
+            if let Some(first) = first {
+                terms.push(format!("{column} >= {}", timestamp(first)));
+            }
+            if let Some(end) = end {
+                terms.push(format!("{column} < {}", timestamp(end)));
+            }
+            terms.join(" AND ")
         };
-        format!(
-            "SELECT {h}date_bin({step}, ts) AS interval_start, pid,
-    coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm, sum({ns}) AS ns
-  FROM {from} WHERE {filter} AND {bounds}
+        if self.indexed && step.ns() % 1_000_000_000 == 0 {
+            return format!(
+                "SELECT {h}date_bin({step}, ts) AS interval_start, pid, {comm}, sum({second_ns}) AS ns
+  FROM thread_second WHERE {second_ns} > 0 AND {bounds}
   GROUP BY {h}interval_start, pid",
-            step = step.sql(),
+                step = step.sql(),
+                bounds = bins("ts"),
+            );
+        }
+        // Rows that overlap the window, each cut into one piece per bin.
+        let mut overlap = vec![view_filter.to_owned()];
+        if let Some(first) = first {
+            overlap.push(format!("{view_end} > {}", timestamp(first)));
+        }
+        if let Some(end) = end {
+            overlap.push(format!("ts < {}", timestamp(end)));
+        }
+        format!(
+            "SELECT {h}interval_start, pid, {comm}, sum(least(e, b_end) - greatest(b, b_start)) AS ns
+  FROM (
+    SELECT {h}pid, tid, comm, b, e, k * {s} AS b_start, (k + 1) * {s} AS b_end,
+      arrow_cast(k * {s}, 'Timestamp(Nanosecond, Some(\"UTC\"))') AS interval_start
+    FROM (
+      SELECT {h}pid, tid, comm, b, e, unnest(range(b / {s}, (e - 1) / {s} + 1)) AS k
+      FROM (SELECT {h}pid, tid, comm, CAST(ts AS BIGINT) AS b, CAST({view_end} AS BIGINT) AS e
+            FROM {from} WHERE {overlap}) rows
+    ) pieces
+  ) binned
+  WHERE {bounds}
+  GROUP BY {h}interval_start, pid",
+            s = step.ns(),
+            from = self.paired(view),
+            overlap = overlap.join(" AND "),
+            bounds = bins("interval_start"),
         )
     }
 

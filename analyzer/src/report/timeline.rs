@@ -115,6 +115,7 @@ pub fn sql(env: &Env) -> String {
     let h = env.h();
     let iv_s = env.interval.ns() as f64 / 1e9;
     let events = env.event_bounds("ts");
+    let window = (env.from.map(|from| env.interval.align(from)), env.to);
     let metric_filter = match &env.metric {
         Some(m) => format!("WHERE metric = '{m}'"),
         None => String::new(),
@@ -171,9 +172,9 @@ metrics AS (
 SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
 ORDER BY {h}interval_start, metric, pid",
         bin = env.bin("ts"),
-        on_cpu = env.thread_time_sql(ThreadTime::OnCpu, env.interval, &events),
-        runq = env.thread_time_sql(ThreadTime::Runq, env.interval, &events),
-        offcpu_d = env.thread_time_sql(ThreadTime::OffCpuD, env.interval, &events),
+        on_cpu = env.thread_time_sql(ThreadTime::OnCpu, env.interval, window),
+        runq = env.thread_time_sql(ThreadTime::Runq, env.interval, window),
+        offcpu_d = env.thread_time_sql(ThreadTime::OffCpuD, env.interval, window),
         vmstat = quoted(VMSTAT),
         ticks = quoted(CPU_TICKS),
         psi = quoted(PSI),

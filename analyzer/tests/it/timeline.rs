@@ -273,3 +273,92 @@ fn top_is_atop_for_the_interval_holding_the_moment() {
     assert!(top.contains("system,2023-11-14T22:13:40Z"), "{top}");
     assert!(!top.contains("2023-11-14T22:13:30Z,"), "{top}");
 }
+
+/// Per-process on-CPU nanoseconds per bin of `step`, as the timeline and
+/// the HTML chart sum them.
+fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> {
+    use hindsight::report::{Env, Interval, ThreadTime};
+    let env = Env {
+        interval: Interval::parse(step).unwrap(),
+        from: None,
+        to: None,
+        top: 5,
+        multi_host: false,
+        fault_samples: Vec::new(),
+        pid: None,
+        metric: None,
+        indexed,
+    };
+    let sql = format!(
+        "SELECT CAST(interval_start AS BIGINT) AS t, pid, ns FROM ({}) s ORDER BY 1, 2",
+        env.thread_time_sql(ThreadTime::OnCpu, env.interval, (None, None))
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rows = runtime.block_on(async {
+        let ctx = hindsight::open_context(std::slice::from_ref(&rec.dir))
+            .await
+            .unwrap();
+        let batches = hindsight::query_batches(&ctx, &sql).await.unwrap();
+        hindsight::output::json_rows(&batches).unwrap()
+    });
+    rows.iter()
+        .map(|r| {
+            let int = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r:?}"));
+            (
+                (int("t") - t(0)) / 1_000_000,
+                int("pid"),
+                int("ns") / 1_000_000,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn on_cpu_time_is_split_at_bin_edges_indexed_or_not() {
+    // A hog (77) runs 0.5 s .. 3.25 s, a daemon (50) 3.25 s .. 3.5 s.
+    let fx = Fixture::new();
+    let rec = fx.recording("rec", "h");
+    let sw = |ms: i64, prev: i32, next: i32| {
+        let comm = |tid: i32| {
+            if tid == 0 {
+                "swapper/0".to_owned()
+            } else {
+                format!("t{tid}")
+            }
+        };
+        json!({"ts": t(ms), "cpu": 0, "prev_tid": prev, "prev_pid": prev, "prev_comm": comm(prev),
+               "prev_state": "S", "prev_prio": 120, "next_tid": next, "next_pid": next,
+               "next_comm": comm(next), "next_prio": 120})
+    };
+    rec.chunk(
+        &SCHED_SWITCH,
+        CHUNK,
+        &[sw(500, 0, 77), sw(3250, 77, 50), sw(3500, 50, 0)],
+    );
+    // (bin start ms, pid, ms on CPU in the bin)
+    let by_second = vec![
+        (0, 77, 500),
+        (1000, 77, 1000),
+        (2000, 77, 1000),
+        (3000, 50, 250),
+        (3000, 77, 250),
+    ];
+    let by_two = vec![(0, 77, 1500), (2000, 50, 250), (2000, 77, 1250)];
+    assert_eq!(on_cpu_per_bin(&rec, "1s", false), by_second);
+    assert_eq!(on_cpu_per_bin(&rec, "2s", false), by_two);
+    let out = hindsight(["index", rec.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(on_cpu_per_bin(&rec, "1s", true), by_second);
+    assert_eq!(on_cpu_per_bin(&rec, "2s", true), by_two);
+    // A step that is not whole seconds splits the derived rows in SQL;
+    // bins count from the epoch (as date_bin's do), here from -0.5 s.
+    assert_eq!(
+        on_cpu_per_bin(&rec, "1500ms", true),
+        vec![
+            (-500, 77, 500),
+            (1000, 77, 1500),
+            (2500, 50, 250),
+            (2500, 77, 750)
+        ]
+    );
+}

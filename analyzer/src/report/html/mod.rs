@@ -204,14 +204,9 @@ SELECT CAST(t AS BIGINT) AS t, series, CAST(value AS DOUBLE) AS value FROM serie
 /// and interval of `step`, counted as `report timeline` counts
 /// `process_cpu` ([`Env::thread_time_sql`]).
 pub fn process_cpu_sql(env: &Env, (start, end): (i64, i64), step: Interval) -> String {
-    let bounds = format!(
-        "ts >= {} AND ts < {}",
-        super::timestamp(start),
-        super::timestamp(end)
-    );
     format!(
         "SELECT CAST(interval_start AS BIGINT) AS t, pid, comm, ns FROM ({}) t ORDER BY 1, 2",
-        env.thread_time_sql(ThreadTime::OnCpu, step, &bounds)
+        env.thread_time_sql(ThreadTime::OnCpu, step, (Some(start), Some(end)))
     )
 }
 
