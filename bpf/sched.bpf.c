@@ -99,18 +99,51 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
 	return 0;
 }
 
+/* Who woke each task, noted at sched_waking and read at sched_wakeup.
+ * sched_waking runs in the waker's context; sched_wakeup often does not:
+ * a wakeup queued to an idle CPU is finished there, by the idle task or an
+ * interrupt, so `current` at sched_wakeup names pid 0 for most wakeups of
+ * a ping-pong on an idle machine. */
+struct hs_waker {
+	__u32 tid;
+	__u32 pid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hs_waker);
+} wakers SEC(".maps");
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(hs_sched_waking, struct task_struct *p)
+{
+	struct hs_waker *w = bpf_task_storage_get(&wakers, p, 0,
+						  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (w) {
+		__u64 waker = bpf_get_current_pid_tgid();
+		w->tid = (__u32)waker;
+		w->pid = waker >> 32;
+	}
+	return 0;
+}
+
 static __always_inline int emit_wakeup(struct task_struct *p, __u8 new_task)
 {
 	struct hs_wakeup *e =
 		HS_RESERVE(sched_events, sched_lost, struct hs_wakeup, HS_KIND_WAKEUP);
 	if (!e)
 		return 0;
-	__u64 waker = bpf_get_current_pid_tgid();
+	/* A new task is woken by its parent, which is current; so is any task
+	 * whose waking went unseen (the storage could not be had). */
+	struct hs_waker *w = new_task ? 0 : bpf_task_storage_get(&wakers, p, 0, 0);
+	__u64 current = bpf_get_current_pid_tgid();
 	e->tid = p->pid;
 	e->pid = p->tgid;
 	e->target_cpu = BPF_CORE_READ(p, thread_info.cpu);
-	e->waker_tid = (__u32)waker;
-	e->waker_pid = waker >> 32;
+	e->waker_tid = w ? w->tid : (__u32)current;
+	e->waker_pid = w ? w->pid : current >> 32;
 	e->prio = p->prio;
 	e->new_task = new_task;
 	__builtin_memcpy(e->comm, p->comm, HS_COMM_LEN);

@@ -180,7 +180,7 @@ pub static SCHED_WAKEUP: Table = Table {
         col("pid", Int32, "", "Process of the thread woken."),
         col("comm", Name, "", "Name of the thread woken."),
         col("target_cpu", Int32, "", "CPU whose run queue the thread was put on."),
-        col("waker_tid", Int32, "", "Thread running on `cpu` when the wakeup fired: the waker for ordinary wakeups; in interrupt context, the interrupted thread."),
+        col("waker_tid", Int32, "", "Thread that asked for the wakeup, seen at `sched_waking` in its own context (`sched_wakeup` itself may fire on the woken thread's CPU, from the idle task); in interrupt context, the interrupted thread; for a new task, its parent."),
         col("waker_pid", Int32, "", "Process of `waker_tid`."),
         col("new_task", Bool, "", "True for the first wakeup of a new thread (`sched_wakeup_new`)."),
         col("prio", Int32, "kernel priority", "Kernel priority of the thread woken."),
