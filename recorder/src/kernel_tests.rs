@@ -284,3 +284,19 @@ fn compaction_shows_as_migrate_pages_rows() {
     }
     assert_eq!(lost(&probes.skel.maps.numa_lost, 7), 0);
 }
+
+/// The kernel's count of skipped runs is read for every program the
+/// recorder loads: a program it could not read would hide that loss.
+#[test]
+fn every_programs_skipped_runs_can_be_read() {
+    use libbpf_rs::skel::Skel as _;
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_faults(&mut object, 1 << 20, 1, &catalog).unwrap();
+    let programs: Vec<_> = probes.skel.object().progs().collect();
+    assert!(!programs.is_empty());
+    for program in &programs {
+        let misses = crate::recorder::recursion_misses(program);
+        assert!(misses.is_some(), "{:?}", program.name());
+    }
+}

@@ -17,6 +17,7 @@ use std::{
 
 use anyhow::Context;
 use hindsight_schemas::{layout, meta::Session, time::rfc3339};
+use libbpf_rs::skel::Skel as _;
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 use crate::{
@@ -214,12 +215,32 @@ impl Collector {
     }
 }
 
-/// Per-CPU ring-full counters of every loaded group, read as deltas
-/// since the last reading.
+/// Per-CPU ring-full counters of every loaded group, and the runs the
+/// kernel skipped of every program, read as deltas since the last reading.
 struct LossCounters {
     /// Last totals, per (lost map, kind), per CPU.
     last: Vec<Vec<Vec<u64>>>,
     last_decode_errors: u64,
+    /// Last `recursion_misses` per program.
+    last_misses: Vec<u64>,
+}
+
+/// Times the kernel did not run a program because it was already running
+/// on that CPU (an interrupt fired the same tracepoint inside it): each a
+/// lost event, which no ring counter sees. `None` where it cannot be read.
+pub(crate) fn recursion_misses(program: &libbpf_rs::Program<'_>) -> Option<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = size_of::<libbpf_rs::libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: the kernel fills at most `len` bytes of the info we own.
+    let ret = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+            program.as_fd().as_raw_fd(),
+            &mut info,
+            &mut len,
+        )
+    };
+    (ret == 0).then_some(info.recursion_misses)
 }
 
 impl LossCounters {
@@ -227,10 +248,16 @@ impl LossCounters {
         LossCounters {
             last: Vec::new(),
             last_decode_errors: 0,
+            last_misses: Vec::new(),
         }
     }
 
-    fn read(&mut self, maps: &[&dyn MapCore], collector: &mut Collector) -> anyhow::Result<u64> {
+    fn read(
+        &mut self,
+        maps: &[&dyn MapCore],
+        programs: &[libbpf_rs::Program<'_>],
+        collector: &mut Collector,
+    ) -> anyhow::Result<u64> {
         let now = clock::utc_now_ns();
         let kinds = hs_kind::HS_KIND_MAX.0 as usize;
         self.last
@@ -266,6 +293,21 @@ impl LossCounters {
                         lost_now += delta;
                     }
                 }
+            }
+        }
+        self.last_misses.resize(programs.len(), 0);
+        for (program, last) in programs.iter().zip(&mut self.last_misses) {
+            let Some(total) = recursion_misses(program) else {
+                continue;
+            };
+            let delta = total.saturating_sub(*last);
+            *last = total;
+            if delta > 0 {
+                let tracepoint =
+                    crate::bpf::tracepoint_of(&program.name().to_string_lossy()).to_owned();
+                let source = format!("recursion:{tracepoint}");
+                collector.rows.loss.push(now, None, &source, delta as i64);
+                lost_now += delta;
             }
         }
         lost_now += collector.report_disk_full();
@@ -692,6 +734,19 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         rings.push(&p.skel.maps.stack_events);
         lost_maps.push(&p.skel.maps.stack_lost);
     }
+    let mut programs: Vec<libbpf_rs::Program<'_>> = Vec::new();
+    for object in [
+        sched.as_ref().map(|p| p.skel.object()),
+        faults.as_ref().map(|p| p.skel.object()),
+        numa.as_ref().map(|p| p.skel.object()),
+        cache.as_ref().map(|p| p.skel.object()),
+        samples.as_ref().map(|p| p.skel.object()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        programs.extend(object.progs().filter(|p| p.autoload()));
+    }
     let cache_counts: Option<&dyn MapCore> = cache
         .as_ref()
         .map(|p| &p.skel.maps.cache_counts as &dyn MapCore);
@@ -797,7 +852,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
         if now >= next_loss_read {
             next_loss_read = next_tick(next_loss_read, LOSS_INTERVAL, now);
-            match losses.read(&lost_maps, &mut c) {
+            match losses.read(&lost_maps, &programs, &mut c) {
                 Ok(n) => lost_total += n,
                 Err(e) => eprintln!("hindsight-record: warning: {e:#}"),
             }
@@ -854,7 +909,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     }
     drop(ring);
     let mut c = collector.borrow_mut();
-    if let Ok(n) = losses.read(&lost_maps, &mut c) {
+    if let Ok(n) = losses.read(&lost_maps, &programs, &mut c) {
         lost_total += n;
     }
     if failure.is_none() {

@@ -216,7 +216,9 @@ pub static LOSS: Table = Table {
         nullable("cpu", Int32, "", "CPU the loss happened on; null where it is not per CPU."),
         col("source", Name, "", "What was lost, as `<cause>:<table>`: `ring_full:sched_switch` (the BPF ring buffer was full), \
             `map_full:page_cache` (the kernel's aggregation map was full), `decode_error:unknown` (a record the recorder could not read), \
-            `late:counter` / `late:task_stat` / `late:page_cache` (the recorder was busy past a timer round and skipped it)."),
+            `late:counter` / `late:task_stat` / `late:page_cache` (the recorder was busy past a timer round and skipped it), \
+            `recursion:<tracepoint>` (the kernel skipped a BPF program because it was already running on that CPU, \
+            e.g. `recursion:sched_wakeup`: that event is missing)."),
         col("lost", Int64, "events", "Number of events lost; for `late:` sources, the number of timer rounds skipped."),
     ],
 };
