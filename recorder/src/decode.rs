@@ -168,15 +168,18 @@ pub fn task_state_letter(state: u32, exit_state: u32, preempt: bool) -> &'static
     const TASK_REPORT_IDLE: u32 = 0x80;
     const TASK_UNINTERRUPTIBLE: u32 = 0x2;
     const TASK_RTLOCK_WAIT: u32 = 0x1000;
+    const TASK_FROZEN: u32 = 0x8000;
     const LETTERS: [&str; 9] = ["R", "S", "D", "T", "t", "X", "Z", "P", "I"];
     if preempt {
         return "R";
     }
     let mut report = (state | exit_state) & TASK_REPORT;
-    if state == TASK_IDLE {
+    // The kernel's __task_state_index: TASK_IDLE is a mask (an idle
+    // kthread may carry TASK_FREEZABLE too); a frozen task reports as D.
+    if state & TASK_IDLE == TASK_IDLE {
         report = TASK_REPORT_IDLE;
     }
-    if state & TASK_RTLOCK_WAIT != 0 {
+    if state & (TASK_RTLOCK_WAIT | TASK_FROZEN) != 0 {
         report = TASK_UNINTERRUPTIBLE;
     }
     let index = (u32::BITS - report.leading_zeros()) as usize;
@@ -505,7 +508,9 @@ mod tests {
             (0x80, 0x20, false, "Z"), // TASK_DEAD with EXIT_ZOMBIE
             (0x40, 0, false, "P"),
             (0x402, 0, false, "I"),
+            (0x2402, 0, false, "I"), // TASK_IDLE | TASK_FREEZABLE: still idle
             (0x1000, 0, false, "D"),
+            (0x8000, 0, false, "D"), // TASK_FROZEN reports as uninterruptible
         ];
         for (state, exit_state, preempt, want) in cases {
             assert_eq!(

@@ -34,6 +34,20 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
             recorded, kernel,
             "switches of {child} (kernel: voluntary + nonvoluntary)"
         );
+        // The kernel counts a switch as involuntary exactly when the thread
+        // left the CPU still runnable: prev_state R.
+        let preempted = sql_count(
+            &rec,
+            &format!("SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {tid} AND prev_state = 'R'"),
+        );
+        assert_eq!(
+            (recorded - preempted, preempted),
+            (
+                child["voluntary"].as_i64().unwrap(),
+                child["nonvoluntary"].as_i64().unwrap()
+            ),
+            "{child}: switches not R and R against voluntary and nonvoluntary"
+        );
         // The chunks roll every 2 s: the count above spans several files.
 
         let name = child["name"].as_str().unwrap();

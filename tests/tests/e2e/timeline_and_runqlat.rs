@@ -148,9 +148,16 @@ fn slot(ns: i64) -> i64 {
     }
 }
 
-/// `run_delay` (ns) of process `pid` once it has exited and before it is
-/// reaped: a zombie's schedstat holds its whole life's waits.
-fn run_delay_at_exit(pid: u32) -> f64 {
+/// What the kernel counted of process `pid` over its whole life, read once
+/// it has exited and before it is reaped.
+struct AtExit {
+    /// schedstat `run_delay`, ns.
+    run_delay: f64,
+    /// `/proc/PID/status` voluntary and nonvoluntary context switches.
+    switches: (i64, i64),
+}
+
+fn at_exit(pid: u32) -> AtExit {
     let stat = format!("/proc/{pid}/stat");
     loop {
         let text = std::fs::read_to_string(&stat).expect("the hog is not reaped yet");
@@ -161,12 +168,23 @@ fn run_delay_at_exit(pid: u32) -> f64 {
         thread::sleep(Duration::from_millis(20));
     }
     let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
-    schedstat
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> i64 {
+        let line = status.lines().find_map(|l| l.strip_prefix(name)).unwrap();
+        line.trim().parse().unwrap()
+    };
+    AtExit {
+        run_delay: schedstat
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap(),
+        switches: (
+            field("voluntary_ctxt_switches:"),
+            field("nonvoluntary_ctxt_switches:"),
+        ),
+    }
 }
 
 /// Total and count of the waits `report runqlat --pid PID` reports.
@@ -234,21 +252,8 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
     let mut hogs = [hog(), hog()];
     thread::sleep(Duration::from_millis(200));
     let ticks = 100;
-    let mut ticker = Command::new(bin("hs-load"))
-        .args(["tick", &ticks.to_string(), "20000"])
-        .env("HS_LOAD_CPU", "0")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the periodic task");
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(ticker.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-    let tick_delay = run_delay_at_exit(ticker.id());
-    assert!(ticker.wait().unwrap().success());
-    let tick: Value = serde_json::from_str(&stdout).unwrap();
-    let hog_delays: Vec<(u32, f64)> = hogs
-        .iter()
-        .map(|h| (h.id(), run_delay_at_exit(h.id())))
-        .collect();
+    let tick = load_on_cpu0(&["tick", &ticks.to_string(), "20000"]);
+    let hog_counts: Vec<(u32, AtExit)> = hogs.iter().map(|h| (h.id(), at_exit(h.id()))).collect();
     for h in &mut hogs {
         h.wait().unwrap();
     }
@@ -270,49 +275,98 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
         (sleeps..=sleeps + 4).contains(&after_wakeup),
         "{after_wakeup} waits after a wakeup for {sleeps} sleeps"
     );
-    // Its whole life's waits against its whole life's run_delay. Every
-    // switch-out of it follows a run, and every run a wait. On these
-    // machines the tracepoints that fire while the VM's agent (pid 1's
-    // threads) is on a CPU reach no tracer (perf sees none either): a run
-    // of the task that began with the agent leaving the CPU, after a wakeup
-    // in the agent's time, has no recorded start (1 run in 5-10 here). Such
-    // runs are counted and bounded by the longest wait seen behind the hogs.
-    let (total_ns, waits, counts) = runqlat_totals(rec, pid);
-    let outs = sql_count(
-        &rec_dir,
-        &format!("SELECT count(*) FROM sched_switch WHERE prev_pid = {pid}"),
+    // Its run_delay from when it had pinned itself to when it finished,
+    // against the waits that began in that window. Every switch-out of it
+    // follows a run, and every run a wait. On these machines the
+    // tracepoints that fire while the VM's agent (pid 1's threads) is on a
+    // CPU reach no tracer (perf sees none either): a run of the task that
+    // began with the agent leaving the CPU, after a wakeup in the agent's
+    // time, has no recorded start (1 run in 5-10 here). Such runs are
+    // counted, and bounded by the longest wait seen in the window.
+    let window = format!(
+        "pid = {pid} AND ts >= to_timestamp_nanos({}) AND ts < to_timestamp_nanos({})",
+        tick["start_utc_ns"], tick["end_utc_ns"]
     );
+    let in_window = |what: &str, table: &str| {
+        let out = hindsight_stdout(&[
+            "sql",
+            rec,
+            "-f",
+            "csv",
+            &format!("SELECT {what} FROM {table} WHERE {window}"),
+        ]);
+        let value = out.lines().nth(1).unwrap_or("0");
+        value.parse::<f64>().unwrap_or(0.0)
+    };
+    let total_ns = in_window("sum(latency_ns)", "runq_latency");
+    let waits = in_window("count(*)", "runq_latency") as i64;
+    let outs = in_window(
+        "count(*)",
+        "(SELECT ts, prev_pid AS pid FROM sched_switch) s",
+    ) as i64;
+    let kernel = tick["run_delay_ns"].as_f64().unwrap();
     let unseen = (outs - waits).max(0);
     if unseen == 0 {
-        assert_matches_run_delay("the periodic task", total_ns, waits, tick_delay, lost);
+        assert_matches_run_delay("the periodic task", total_ns, waits, kernel, lost);
     } else {
-        let longest = sql_count(
-            &rec_dir,
-            &format!(
-                "SELECT max(latency_ns) FROM runq_latency WHERE pid = {pid} AND ts >
-                 (SELECT min(ts) FROM sched_switch WHERE next_pid = {pid} AND cpu = 0)"
-            ),
-        ) as f64;
+        let longest = in_window("max(latency_ns)", "runq_latency");
         eprintln!("the periodic task: {unseen} of {outs} runs began unseen");
         assert!(unseen <= 3, "{unseen} of {outs} runs began unseen");
         assert!(
-            total_ns <= tick_delay + 0.05 * tick_delay + 200_000.0 + waits as f64 * 10_000.0
-                && total_ns + unseen as f64 * longest >= 0.95 * tick_delay - 200_000.0,
+            total_ns <= kernel + 0.05 * kernel + 200_000.0 + waits as f64 * 10_000.0
+                && total_ns + unseen as f64 * longest >= 0.95 * kernel - 200_000.0,
             "the periodic task: runqlat {total_ns} ns over {waits} waits and {unseen} unseen \
-             (at most {longest} ns each) vs schedstat run_delay {tick_delay} ns"
+             (at most {longest} ns each) vs schedstat run_delay {kernel} ns"
         );
     }
     // Behind two hogs some waits are a hog's slice: milliseconds, not microseconds.
+    let (_, _, counts) = runqlat_totals(rec, pid);
     assert!(
         counts.iter().any(|(slot, n)| *slot >= 10 && *n > 0),
         "no wait over a millisecond behind two hogs: {counts:?}"
     );
 
     // The hogs never sleep: every wait of theirs follows a preemption, and
-    // they waited about half of their 4 s.
-    for (hog, kernel) in hog_delays {
+    // they waited about half of their 4 s. Their whole lives, from
+    // `report runqlat --pid`, against their zombies' schedstat.
+    for (hog, kernel) in hog_counts {
         let (total_ns, waits, _) = runqlat_totals(rec, hog.into());
-        assert!(kernel > 0.5e9, "hog {hog} waited only {kernel} ns");
-        assert_matches_run_delay(&format!("hog {hog}"), total_ns, waits, kernel, lost);
+        let delay = kernel.run_delay;
+        assert!(delay > 0.5e9, "hog {hog} waited only {delay} ns");
+        assert_matches_run_delay(&format!("hog {hog}"), total_ns, waits, delay, lost);
+        // The kernel counts a switch as involuntary exactly when the thread
+        // left the CPU runnable (prev_state R); a switch hidden in the
+        // agent's time (see above) may be missing.
+        let split = |cond: &str| {
+            sql_count(
+                &rec_dir,
+                &format!("SELECT count(*) FROM sched_switch WHERE prev_pid = {hog} AND {cond}"),
+            )
+        };
+        let recorded = (split("prev_state <> 'R'"), split("prev_state = 'R'"));
+        let (voluntary, involuntary) = kernel.switches;
+        assert!(
+            involuntary > 100,
+            "hog {hog}: {involuntary} involuntary switches"
+        );
+        assert!(
+            recorded.0 <= voluntary
+                && voluntary - recorded.0 <= 2
+                && recorded.1 <= involuntary
+                && involuntary - recorded.1 <= 2,
+            "hog {hog}: recorded (not R, R) {recorded:?}, kernel (voluntary, involuntary) {:?}",
+            kernel.switches
+        );
     }
+}
+
+/// Runs `hs-load ARGS` pinned to CPU 0 and returns what it printed.
+fn load_on_cpu0(args: &[&str]) -> Value {
+    let out = Command::new(bin("hs-load"))
+        .args(args)
+        .env("HS_LOAD_CPU", "0")
+        .output()
+        .expect("run hs-load");
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
 }
