@@ -106,13 +106,18 @@ fn name_user_frame(
     dwarf: bool,
     row: &mut FrameRow,
 ) {
-    let mut elf = Elf::new(path);
-    elf.debug_syms = dwarf;
-    let source = Source::Elf(elf);
-    let Ok(found) = symbolizer.symbolize_single(&source, Input::FileOffset(offset)) else {
-        return;
+    let lookup = |dwarf: bool| {
+        let mut elf = Elf::new(path);
+        elf.debug_syms = dwarf;
+        match symbolizer.symbolize_single(&Source::Elf(elf), Input::FileOffset(offset)) {
+            Ok(Symbolized::Sym(sym)) => Some(sym),
+            _ => None,
+        }
     };
-    let Symbolized::Sym(sym) = found else {
+    // DWARF found through .gnu_debuglink or the build-id directory may be
+    // unreadable (a compression blazesym lacks): the symbol tables, .symtab
+    // or .dynsym, still name the function.
+    let Some(sym) = lookup(dwarf).or_else(|| if dwarf { lookup(false) } else { None }) else {
         return;
     };
     row.function = Some(sym.name.to_string());

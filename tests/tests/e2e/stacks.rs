@@ -197,6 +197,28 @@ fn stacks_of_a_process_that_exited_are_named_and_weighed() {
         "kernel frames named: {sleeping:?}"
     );
 
+    // libc is named too (perf names it from .dynsym and the installed debug
+    // file; Debian compresses that file's DWARF): every libc frame of the
+    // recording, and the sleep's own libc frame under the workload's nap.
+    let libc = sql(
+        &rec,
+        "SELECT count(*) AS frames, sum(CASE WHEN function IS NULL THEN 1 ELSE 0 END) AS unnamed
+         FROM frame WHERE CAST(module AS VARCHAR) LIKE '%/libc.so.6'",
+    );
+    let frames = libc[0]["frames"].as_i64().unwrap();
+    assert!(frames > 0, "no libc frame in the recording");
+    assert_eq!(
+        libc[0]["unnamed"].as_i64(),
+        Some(0),
+        "{frames} libc frames: {libc:?}"
+    );
+    assert!(
+        sleeping
+            .iter()
+            .any(|(s, _)| s.split(';').any(|f| f.contains("nanosleep"))),
+        "the libc function that slept is on the stack: {sleeping:?}"
+    );
+
     // It exited before the recording stopped, and still has names (above).
     let exits = sql(
         &rec,
