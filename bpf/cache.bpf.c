@@ -6,17 +6,19 @@
  * User space drains `cache_counts` once per interval (recorder/src/cache.rs).
  *
  * What is counted, in pages:
- * - accesses: mm_filemap_get_pages (a read(2)-style lookup of index..last),
- *   mm_filemap_map_pages (fault-around, start..end) and mm_filemap_fault
- *   (one page);
+ * - accesses: mm_filemap_get_pages (a read(2)-style lookup of index..last)
+ *   and mm_filemap_fault (one page);
+ * - fault_around: mm_filemap_map_pages, the window start..end a fault mapped
+ *   around itself. The tracepoint gives the window, not how many of its
+ *   pages were cached and mapped, so these are kept apart from accesses;
  * - misses: mm_filemap_add_to_page_cache, 2^order pages per folio added
  *   (readahead, a read miss, or a write that extends a file);
  * - dirtied: writeback_dirty_folio, 2^order pages per folio going clean to
  *   dirty.
  * A miss is a page added, and an added page is also looked up, so hits are
  * accesses - misses. Readahead adds pages before anyone looks them up, so
- * within one interval misses can exceed accesses: user space then reports
- * accesses = misses (hits never negative).
+ * within one interval misses can exceed accesses; both are kept as counted
+ * (the report clamps hits at zero).
  *
  * A read that filemap_read serves in several batches calls
  * mm_filemap_get_pages once per batch with the same end and a start that
@@ -158,8 +160,11 @@ SEC("tp_btf/mm_filemap_map_pages")
 int BPF_PROG(hs_mm_filemap_map_pages, struct address_space *mapping,
 	     unsigned long start, unsigned long end)
 {
-	if (end >= start)
-		add_accesses(end - start + 1);
+	if (end < start)
+		return 0;
+	struct hs_cache_counts *c = counts_of_current();
+	if (c)
+		__sync_fetch_and_add(&c->fault_around, end - start + 1);
 	return 0;
 }
 

@@ -170,9 +170,10 @@ struct hs_numa {
  * value of the `cache` group's hash map, read by user space, never sent
  * through a ring. Counts are pages (a folio of order k is 2^k pages). */
 struct hs_cache_counts {
-	__u64 accesses;		/* lookups: read ranges, mmap faults and fault-around */
+	__u64 accesses;		/* lookups: read ranges and mmap faults */
 	__u64 misses;		/* pages added to the page cache */
 	__u64 dirtied;		/* pages newly dirtied */
+	__u64 fault_around;	/* pages in fault-around windows */
 	char comm[HS_COMM_LEN];	/* the thread that last touched the cache */
 };
 

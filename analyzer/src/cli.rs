@@ -205,10 +205,12 @@ change are left out).\n\n\
 Examples:\n  \
 hindsight report numa rec/ --interval 1m";
 
-const CACHETOP_ABOUT: &str = "Per interval and process, page-cache accesses, hits (accesses \
-minus misses), misses (pages added to the cache) and dirtied pages, all in pages, and the hit \
-ratio (hits as a % of accesses), like BCC's cachetop after the fact. A `page_cache` row is \
-counted in the interval its `ts` (the end of the recorder's interval) falls in.\n\n\
+const CACHETOP_ABOUT: &str = "Per interval and process, page-cache accesses (pages looked up by \
+reads and mmap faults), hits (accesses minus misses, never below zero), misses (pages added to \
+the cache) and dirtied pages, all in pages, and the hit ratio (hits as a % of accesses), like \
+BCC's cachetop after the fact; fault_around is the pages of the windows mmap faults mapped \
+around themselves, apart from accesses. A `page_cache` row is counted in the interval its `ts` \
+(the end of the recorder's interval) falls in.\n\n\
 Examples:\n  \
 hindsight report cachetop rec/ --interval 10s --top 20";
 

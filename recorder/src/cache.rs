@@ -23,7 +23,7 @@ use crate::{bpf::cache::types::hs_cache_counts, rows::PageCacheRows};
 unsafe impl Plain for hs_cache_counts {}
 
 // The layout this module was written against (bpf/events.h).
-const _: () = assert!(size_of::<hs_cache_counts>() == 40);
+const _: () = assert!(size_of::<hs_cache_counts>() == 48);
 
 /// Reads and deletes every entry of the `cache_counts` map, appending one
 /// row per process with a nonzero count, stamped `ts_utc_ns` (the end of the
@@ -58,20 +58,18 @@ pub fn drain_page_cache(
     Ok(appended)
 }
 
-/// Appends one process's counts; false when all are zero.
-///
-/// Readahead adds pages before anyone reads them, so in one interval a
-/// process can have more misses than accesses. Every added page counts as
-/// accessed, so the row says `accesses = max(accesses, misses)`: hits
-/// (`accesses - misses`) are never negative.
+/// Appends one process's counts as the kernel counted them; false when all
+/// are zero. (Readahead adds pages before anyone reads them, so in one
+/// interval a process can have more misses than accesses: the report, not
+/// the recording, clamps hits at zero.)
 pub fn push_counts(
     pid: u32,
     counts: &hs_cache_counts,
     ts_utc_ns: i64,
     rows: &mut PageCacheRows,
 ) -> bool {
-    let accesses = counts.accesses.max(counts.misses);
-    if accesses == 0 && counts.dirtied == 0 {
+    if counts.accesses == 0 && counts.misses == 0 && counts.dirtied == 0 && counts.fault_around == 0
+    {
         return false;
     }
     // SAFETY: i8 and u8 have the same size and alignment; only reinterpreted.
@@ -82,9 +80,10 @@ pub fn push_counts(
     rows.pid.append_value(pid as i32);
     rows.comm
         .append_value(String::from_utf8_lossy(&comm[..end]));
-    rows.accesses.append_value(clamp(accesses));
+    rows.accesses.append_value(clamp(counts.accesses));
     rows.misses.append_value(clamp(counts.misses));
     rows.dirtied.append_value(clamp(counts.dirtied));
+    rows.fault_around.append_value(clamp(counts.fault_around));
     true
 }
 
@@ -108,6 +107,7 @@ mod tests {
             accesses,
             misses,
             dirtied,
+            fault_around: accesses / 2,
             ..Default::default()
         };
         for (o, b) in c.comm.iter_mut().zip(name.bytes()) {
@@ -125,11 +125,11 @@ mod tests {
     }
 
     #[test]
-    fn counts_become_rows_and_hits_are_never_negative() {
+    fn counts_become_rows_as_the_kernel_counted_them() {
         let mut rows = PageCacheRows::new();
         let cases = [
             (10, counts(100, 40, 0, "reader")),
-            (11, counts(1, 32, 0, "readahead")), // misses > accesses: clamped
+            (11, counts(1, 32, 0, "readahead")), // misses > accesses: kept
             (12, counts(0, 0, 5, "writer")),
             (13, counts(0, 0, 0, "idle")), // no row
         ];
@@ -139,7 +139,8 @@ mod tests {
             .collect();
         assert_eq!(pushed, [true, true, true, false]);
         let b = rows.finish();
-        assert_eq!(column(&b, "accesses"), [100, 32, 0]);
+        assert_eq!(column(&b, "accesses"), [100, 1, 0]);
+        assert_eq!(column(&b, "fault_around"), [50, 0, 0]);
         assert_eq!(column(&b, "misses"), [40, 32, 0]);
         assert_eq!(column(&b, "dirtied"), [0, 0, 5]);
         let pids = b.column_by_name("pid").unwrap().as_primitive::<Int32Type>();

@@ -219,6 +219,7 @@ table_rows! {
     accesses: Int64Builder = Int64Builder::new(),
     misses: Int64Builder = Int64Builder::new(),
     dirtied: Int64Builder = Int64Builder::new(),
+    fault_around: Int64Builder = Int64Builder::new(),
 }
 
 table_rows! {

@@ -319,16 +319,18 @@ pub static PAGE_CACHE: Table = Table {
     name: "page_cache",
     group: "cache",
     doc: "Page-cache activity per process per `--interval`, counted in the kernel from `filemap` and `writeback` tracepoints \
-          and written as one row per process that touched the cache: `accesses - misses` are hits (BCC's cachetop, after the fact). \
-          All counts are in pages (a folio of order k counts 2^k pages).",
+          and written as one row per process that touched the cache, as counted (nothing is adjusted): `accesses - misses` \
+          are hits where positive (BCC's cachetop, after the fact; readahead can make an interval's misses exceed its \
+          accesses). All counts are in pages (a folio of order k counts 2^k pages).",
     sort_key: &["pid", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "End of the interval."),
         col("pid", Int32, "", "Process."),
         col("comm", Name, "", "Name of the process's thread that last touched the cache in the interval."),
-        col("accesses", Int64, "pages", "Page-cache lookups (reads and faults that found or added a page)."),
+        col("accesses", Int64, "pages", "Pages looked up: the range of each read (`mm_filemap_get_pages`, cut at the end of the file, a read served in batches counted once) and one page per mmap fault that reached the page cache (`mm_filemap_fault`)."),
         col("misses", Int64, "pages", "Pages added to the page cache (read from storage)."),
         col("dirtied", Int64, "pages", "Pages dirtied (to be written back)."),
+        nullable("fault_around", Int64, "pages", "Pages in the windows mmap faults mapped around themselves (`mm_filemap_map_pages`): the kernel maps those of them that are cached and up to date, and does not say how many; not in `accesses`. Null in recordings made before it was counted."),
     ],
 };
 

@@ -4,7 +4,10 @@
 //! `page_cache` rows are already counts per recorder interval (not
 //! cumulative), so an interval sums the rows whose `ts` (the end of the
 //! recorder's interval) falls in it. Hits are `accesses - misses` (never
-//! below zero); the hit ratio is hits as a % of accesses. All in pages.
+//! below zero); the hit ratio is hits as a % of accesses. `fault_around`
+//! is the pages of the windows mmap faults mapped around themselves, kept
+//! apart from accesses (the kernel does not say how many it mapped). All in
+//! pages.
 
 use super::{select_list, ColumnDef, Env};
 
@@ -19,6 +22,7 @@ pub const COLUMNS: &[ColumnDef] = &[
     ("misses", "BIGINT"),
     ("dirtied", "BIGINT"),
     ("hit_ratio_pct", "DOUBLE"),
+    ("fault_around", "BIGINT"),
 ];
 
 pub fn sql(env: &Env) -> String {
@@ -40,6 +44,7 @@ pub fn sql(env: &Env) -> String {
         ("misses", "r.misses".into()),
         ("dirtied", "r.dirtied".into()),
         ("hit_ratio_pct", "r.hit_ratio_pct".into()),
+        ("fault_around", "r.fault_around".into()),
     ]);
     let order_host = if env.multi_host { "r.host, " } else { "" };
     format!(
@@ -48,7 +53,8 @@ pub fn sql(env: &Env) -> String {
 per_process AS (
   SELECT {h}{bin} AS interval_start, pid,
     last_value(CAST(comm AS VARCHAR) ORDER BY ts) AS comm,
-    sum(accesses) AS accesses, sum(misses) AS misses, sum(dirtied) AS dirtied
+    sum(accesses) AS accesses, sum(misses) AS misses, sum(dirtied) AS dirtied,
+    sum(fault_around) AS fault_around
   FROM page_cache
   WHERE {event_bounds}
   GROUP BY {h}interval_start, pid
