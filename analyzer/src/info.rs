@@ -13,6 +13,7 @@ use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use hindsight_schemas::meta::{Retired, SliceOrigin};
+use hindsight_schemas::tables::is_late_source;
 use hindsight_schemas::time::rfc3339;
 use hindsight_schemas::SCHEMA_VERSION;
 use serde::Serialize;
@@ -36,8 +37,10 @@ pub struct Summary {
     pub end: Option<String>,
     pub duration_s: Option<f64>,
     pub tables: Vec<TableSummary>,
-    /// Sum of `loss.lost`.
+    /// Events lost: `loss.lost` summed over every source but `late:`.
     pub lost: i64,
+    /// Timer rounds skipped: `loss.lost` of the `late:` sources.
+    pub late_rounds: i64,
     /// The same by `loss.source`, largest first.
     pub lost_by_source: Vec<Loss>,
     /// Probes any session could not attach, each once.
@@ -141,7 +144,16 @@ pub async fn summarize(rec: &Recording, partitions: usize) -> Result<Summary> {
         end: range.map(|(_, b)| rfc3339(b)),
         duration_s: range.map(|(a, b)| (b - a) as f64 / 1e9),
         tables,
-        lost: lost_by_source.iter().map(|l| l.lost).sum(),
+        lost: lost_by_source
+            .iter()
+            .filter(|l| !is_late_source(&l.source))
+            .map(|l| l.lost)
+            .sum(),
+        late_rounds: lost_by_source
+            .iter()
+            .filter(|l| is_late_source(&l.source))
+            .map(|l| l.lost)
+            .sum(),
         lost_by_source,
         skipped_probes,
         retired: retired_periods(&meta.retired),
@@ -341,14 +353,18 @@ pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
             per_row
         )?;
     }
-    if s.lost == 0 {
+    if s.lost_by_source.is_empty() {
         writeln!(out, "losses     no events lost")?;
     } else {
-        writeln!(
-            out,
-            "losses     {} lost (events; `late:` sources count skipped timer rounds)",
-            s.lost
-        )?;
+        let events = match s.lost {
+            0 => "no events lost".to_owned(),
+            n => format!("{n} events lost"),
+        };
+        let rounds = match s.late_rounds {
+            0 => String::new(),
+            n => format!("; {n} timer rounds skipped (late: sources)"),
+        };
+        writeln!(out, "losses     {events}{rounds}")?;
         let source_width = s
             .lost_by_source
             .iter()

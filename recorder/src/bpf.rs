@@ -251,10 +251,34 @@ fn attach_loaded(
     Ok(links)
 }
 
+/// A group's attached programs. Detaching them first is how a stop drains
+/// every event the kernel produced: nothing is added to the ring after.
+#[derive(Debug)]
+pub struct Attached(std::cell::RefCell<Vec<Link>>);
+
+impl Attached {
+    fn new(links: Vec<Link>) -> Attached {
+        Attached(std::cell::RefCell::new(links))
+    }
+
+    /// Detaches every program of the group.
+    pub fn detach(&self) {
+        self.0.borrow_mut().clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.borrow().is_empty()
+    }
+}
+
 /// The loaded `sched` group: its skeleton and the links that keep it attached.
 pub struct SchedProbes<'obj> {
     pub skel: sched::SchedSkel<'obj>,
-    _links: Vec<Link>,
+    pub links: Attached,
     /// Tracepoints that were missing or refused to attach; recording goes on without them.
     pub skipped: Vec<String>,
 }
@@ -286,7 +310,7 @@ pub fn load_sched<'obj>(
     let links = attach_loaded("sched", skel.object_mut(), &mut skipped)?;
     Ok(SchedProbes {
         skel,
-        _links: links,
+        links: Attached::new(links),
         skipped,
     })
 }
@@ -295,7 +319,7 @@ pub fn load_sched<'obj>(
 /// `hs_fault` records) and read losses from `skel.maps.fault_lost`.
 pub struct FaultProbes<'obj> {
     pub skel: faults::FaultsSkel<'obj>,
-    _links: Vec<Link>,
+    pub links: Attached,
     /// Tracepoints that were missing or refused to attach.
     pub skipped: Vec<String>,
     /// One fault in this many per CPU is recorded (1 = all).
@@ -330,7 +354,7 @@ pub fn load_faults<'obj>(
     let links = attach_loaded("faults", skel.object_mut(), &mut skipped)?;
     Ok(FaultProbes {
         skel,
-        _links: links,
+        links: Attached::new(links),
         skipped,
         fault_sample,
     })
@@ -340,7 +364,7 @@ pub fn load_faults<'obj>(
 /// `hs_numa` records) and read losses from `skel.maps.numa_lost`.
 pub struct NumaProbes<'obj> {
     pub skel: numa::NumaSkel<'obj>,
-    links: Vec<Link>,
+    pub links: Attached,
     /// Tracepoints that were missing or refused to attach.
     pub skipped: Vec<String>,
 }
@@ -390,7 +414,7 @@ pub fn load_numa<'obj>(
     let links = attach_loaded("numa", skel.object_mut(), &mut skipped)?;
     Ok(NumaProbes {
         skel,
-        links,
+        links: Attached::new(links),
         skipped,
     })
 }
@@ -434,7 +458,7 @@ pub fn cpu_nodes(node_dir: &Path) -> Vec<Option<u32>> {
 /// updates dropped because the map was full.
 pub struct CacheProbes<'obj> {
     pub skel: cache::CacheSkel<'obj>,
-    _links: Vec<Link>,
+    pub links: Attached,
     /// Tracepoints that were missing or refused to attach.
     pub skipped: Vec<String>,
 }
@@ -465,7 +489,7 @@ pub fn load_cache<'obj>(
     let links = attach_loaded("cache", skel.object_mut(), &mut skipped)?;
     Ok(CacheProbes {
         skel,
-        _links: links,
+        links: Attached::new(links),
         skipped,
     })
 }
@@ -475,7 +499,7 @@ pub fn load_cache<'obj>(
 pub struct SampleProbes<'obj> {
     pub skel: stacks::StacksSkel<'obj>,
     /// Each link owns its perf event: destroying it closes the event.
-    _links: Vec<Link>,
+    pub links: Attached,
 }
 
 /// `struct perf_event_attr` up to its first published size
@@ -572,7 +596,7 @@ pub fn load_samples<'obj>(
     }
     Ok(SampleProbes {
         skel,
-        _links: links,
+        links: Attached::new(links),
     })
 }
 

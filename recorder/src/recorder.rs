@@ -368,7 +368,7 @@ impl Periodic {
         let ts = clock::utc_now_ns();
         if let (Some((every, next)), Some(map)) = (&mut self.page_cache, cache_counts) {
             if force || now >= *next {
-                push_late(c, ts, "late:page_cache", *next, *every, now);
+                push_late(c, ts, "page_cache", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 drain_page_cache(map, ts, &mut c.rows.page_cache)?;
                 c.flush_if_full("page_cache")?;
@@ -376,7 +376,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.counters {
             if force || now >= *next {
-                push_late(c, ts, "late:counter", *next, *every, now);
+                push_late(c, ts, "counter", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.read_round(ts, &mut c.rows.counter);
                 push_self_counters(ts, c, lost_total);
@@ -385,7 +385,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.tasks {
             if force || now >= *next {
-                push_late(c, ts, "late:task_stat", *next, *every, now);
+                push_late(c, ts, "task_stat", *next, *every, now);
                 *next = next_tick(*next, *every, now);
                 reader.snapshot_timed(&clock::utc_now_ns, &mut c.rows.task_stat);
                 c.flush_if_full("task_stat")?;
@@ -431,17 +431,11 @@ fn missed_ticks(due: Instant, every: Duration, now: Instant) -> u64 {
 }
 
 /// Records skipped rounds of a timed source in `loss` (source `late:<table>`).
-fn push_late(
-    c: &mut Collector,
-    ts: i64,
-    source: &str,
-    due: Instant,
-    every: Duration,
-    now: Instant,
-) {
+fn push_late(c: &mut Collector, ts: i64, table: &str, due: Instant, every: Duration, now: Instant) {
     let missed = missed_ticks(due, every, now);
     if missed > 0 {
-        c.rows.loss.push(ts, None, source, missed as i64);
+        let source = format!("{}{table}", hindsight_schemas::tables::LATE_PREFIX);
+        c.rows.loss.push(ts, None, &source, missed as i64);
     }
 }
 
@@ -902,8 +896,22 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         }
     }
 
-    // Drain what the kernel already handed over, then close everything: a
-    // stop never leaves a half-written file behind.
+    // Detach every program, so that no event is added after, then drain
+    // what the kernel already handed over, then read the loss counters, and
+    // close everything: a stop keeps every event it saw and never leaves a
+    // half-written file behind.
+    for links in [
+        sched.as_ref().map(|p| &p.links),
+        faults.as_ref().map(|p| &p.links),
+        numa.as_ref().map(|p| &p.links),
+        cache.as_ref().map(|p| &p.links),
+        samples.as_ref().map(|p| &p.links),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        links.detach();
+    }
     if let (None, Some(ring)) = (&failure, &ring) {
         let _ = ring.consume_raw();
     }

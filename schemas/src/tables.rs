@@ -205,6 +205,15 @@ pub static PROCESS: Table = Table {
     ],
 };
 
+/// The `loss.source` prefix of skipped timer rounds (`late:counter`): those
+/// rows count rounds, not events, and are never added to events lost.
+pub const LATE_PREFIX: &str = "late:";
+
+/// Whether a `loss.source` counts skipped timer rounds rather than events.
+pub fn is_late_source(source: &str) -> bool {
+    source.starts_with(LATE_PREFIX)
+}
+
 pub static LOSS: Table = Table {
     name: "loss",
     group: "always",

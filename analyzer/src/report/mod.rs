@@ -380,18 +380,22 @@ impl Env {
     }
 
     /// The `lost` CTE: events lost per interval (by `loss.ts`, the end of
-    /// the recorder's flush interval in which they were lost).
+    /// the recorder's flush interval in which they were lost). Skipped timer
+    /// rounds (`late:` sources) are not events: they are `late_rounds`.
     pub fn lost_cte(&self) -> String {
         let h = self.h();
         format!(
-            "lost AS (  -- events the recorder lost, per interval
-  SELECT {h}{bin} AS interval_start, sum(lost) AS lost
+            "lost AS (  -- events the recorder lost, and timer rounds it skipped, per interval
+  SELECT {h}{bin} AS interval_start,
+    sum(CASE WHEN source LIKE '{late}%' THEN 0 ELSE lost END) AS lost,
+    sum(CASE WHEN source LIKE '{late}%' THEN lost ELSE 0 END) AS late_rounds
   FROM loss
   WHERE {bounds}
   GROUP BY {h}interval_start
 )",
             bin = self.bin("ts"),
             bounds = self.event_bounds("ts"),
+            late = hindsight_schemas::tables::LATE_PREFIX,
         )
     }
 

@@ -362,3 +362,37 @@ fn on_cpu_time_is_split_at_bin_edges_indexed_or_not() {
         ]
     );
 }
+
+/// The metrics of every incident of the timeline of `dir`.
+fn departing_metrics(dir: &Path) -> Vec<String> {
+    timeline(dir, &[])
+        .iter()
+        .flat_map(|i| i["metrics"].as_array().unwrap().clone())
+        .map(|m| m["metric"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_skipped_timer_round_is_no_lost_event_and_no_incident() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    rec.chunk(
+        &hindsight_schemas::tables::LOSS,
+        CHUNK,
+        &[json!({"ts": t(10_000), "source": "late:counter", "lost": 3})],
+    );
+    let metrics = departing_metrics(&rec.dir);
+    assert!(
+        !metrics.iter().any(|m| m == "lost"),
+        "three skipped counter rounds are not lost events: {metrics:?}"
+    );
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    rec.chunk(
+        &hindsight_schemas::tables::LOSS,
+        CHUNK,
+        &[json!({"ts": t(10_000), "cpu": 0, "source": "ring_full:sched_switch", "lost": 3})],
+    );
+    let metrics = departing_metrics(&rec.dir);
+    assert!(metrics.iter().any(|m| m == "lost"), "{metrics:?}");
+}

@@ -1073,13 +1073,13 @@ fn recording_section(h: &mut String, page: &Page, dir: &str) -> Result<()> {
     let s = &page.summary;
     writeln!(h, "<h2 id=\"gaps\">What the recorder could not see</h2>")?;
     writeln!(h, "<ul>")?;
-    if s.lost == 0 {
+    if s.lost_by_source.is_empty() {
         writeln!(h, "<li>No events were lost.</li>")?;
     } else {
         writeln!(
             h,
-            "<li>{} events were lost over the whole recording. Figures that count events (CPU per process, context switches per process, waits) are lower bounds where they were:\n<table>\n<tr><th>What</th><th>Lost</th><th>When (UTC)</th></tr>",
-            s.lost
+            "<li>{} events were lost and {} timer rounds skipped over the whole recording. Figures that count events (CPU per process, context switches per process, waits) are lower bounds where events were lost; a skipped round only widens the next sample's interval:\n<table>\n<tr><th>What</th><th>Lost</th><th>When (UTC)</th></tr>",
+            s.lost, s.late_rounds
         )?;
         for l in &s.lost_by_source {
             let first = super::parse_time(&l.first).map_or(l.first.clone(), when_text);
