@@ -6,8 +6,9 @@
 # Questions (each a hindsight command and DuckDB's equivalent SQL):
 #   index        `hindsight index` (pairing once; DuckDB has no equivalent)
 #   runqlat      `report runqlat --interval 10s --top 3` over the whole recording;
-#                DuckDB pairs wakeup -> switch-in per thread with lead() over the
-#                raw tables, as the runq_latency view does, and bins log2 slots
+#                DuckDB pairs a wakeup or a preemption with the next switch-in per
+#                thread with window functions over the raw tables, by the
+#                runq_latency view's rule, and bins log2 slots
 #   runqlat-10s  the same on a 10 s window in the middle (--from/--to)
 #   timeline     `report timeline --interval 10s` (DuckDB: no equivalent)
 #   cpu          on-CPU time per process and 10 s (the timeline's process_cpu):
@@ -109,17 +110,29 @@ wakeups=$("$bin/hindsight" sql "$rec" -f csv "SELECT count(*) FROM sched_wakeup"
 
 slot="CASE WHEN lat < 2000 THEN 0 ELSE CAST(floor(log2(lat / 1000)) AS BIGINT) END"
 duck_raw_runqlat() {
+  # The runq_latency view's rule: a wait starts at a wakeup of a thread off
+  # the CPU (not preempted) or at a switch-out in state R, and ends at the
+  # thread's next switch-in.
   local where=$1 bucket=${2:-10 seconds}
   echo "WITH ev AS (
-    SELECT ts, tid, pid, FALSE AS is_run FROM read_parquet('REC/sched_wakeup/*.parquet') $where
+    SELECT ts, tid, pid, 0 AS kind, NULL AS state FROM read_parquet('REC/sched_wakeup/*.parquet') $where
     UNION ALL
-    SELECT ts, next_tid, next_pid, TRUE FROM read_parquet('REC/sched_switch/*.parquet')
+    SELECT ts, prev_tid, prev_pid, 1, CAST(prev_state AS VARCHAR) FROM read_parquet('REC/sched_switch/*.parquet')
+    WHERE prev_tid <> 0 ${where/WHERE/AND}
+    UNION ALL
+    SELECT ts, next_tid, next_pid, 2, NULL FROM read_parquet('REC/sched_switch/*.parquet')
     WHERE next_tid <> 0 ${where/WHERE/AND}),
-  e AS (SELECT ts, pid, is_run, lead(ts) OVER w AS ts_run, lead(is_run) OVER w AS next_run
-        FROM ev WINDOW w AS (PARTITION BY tid ORDER BY ts, is_run)),
+  numbered AS (SELECT *, sum(CASE WHEN kind > 0 THEN 1 ELSE 0 END)
+                 OVER (PARTITION BY tid ORDER BY ts, kind rows unbounded preceding) AS run FROM ev),  -- lower case: duck.py replaces REC
+  opened AS (SELECT *, first_value(kind) OVER r AS opened_by, first_value(state) OVER r AS opened_in
+             FROM numbered WINDOW r AS (PARTITION BY tid, run ORDER BY ts, kind)),
+  e AS (SELECT ts, pid, kind, state, lead(ts) OVER w AS ts_run, lead(kind) OVER w AS next_kind
+        FROM opened
+        WHERE kind > 0 OR opened_by = 0 OR (opened_by = 1 AND opened_in <> 'R')
+        WINDOW w AS (PARTITION BY tid ORDER BY ts, kind)),
   waits AS (SELECT time_bucket(INTERVAL '$bucket', ts) AS b, pid,
                    epoch_ns(ts_run) - epoch_ns(ts) AS lat
-            FROM e WHERE NOT is_run AND next_run)
+            FROM e WHERE (kind = 0 OR (kind = 1 AND state = 'R')) AND next_kind = 2)
   SELECT b, $slot AS slot, count(*), sum(lat) FROM waits GROUP BY ALL ORDER BY ALL"
 }
 window="WHERE ts >= TIMESTAMPTZ '$from' AND ts < TIMESTAMPTZ '$to'"

@@ -150,12 +150,15 @@ pub static RUNQ_LATENCY: View = View {
         col("after", Text, false, "", "What the wait followed: `wakeup` or `preemption`."),
     ],
     // Per thread, in time order (wakeups, then switch-outs, then switch-ins
-    // at one instant): `run` numbers the stretches between switches, each
-    // opened by one switch (none before the thread's first); a wakeup
-    // starts a wait only in a stretch opened by a switch-out not `R`, or
-    // before the first switch; an `R` switch-out starts one itself; a wait
-    // pairs with the switch-in right after it, where another wait start or
-    // a switch-out does not intervene.
+    // at one instant): `opened` is how the thread last switched (null before
+    // its first switch): 3 in, 1 out runnable (`R`), 2 out in another state,
+    // taken as the code of the latest switch by a running maximum of
+    // `ts * 4 + code` (in DECIMAL, to hold it), which costs one pass where a
+    // last-non-null would rescan. A wakeup starts a wait only after a
+    // switch-out not `R` (or before the first switch); an `R` switch-out
+    // starts one itself; a wait pairs with the switch-in right after it,
+    // where another wait start or a switch-out does not intervene. Both
+    // windows order rows the same way, so the engine sorts once.
     template: "SELECT {host}ts, ts_run, CAST(ts_run AS BIGINT) - CAST(ts AS BIGINT) AS latency_ns, tid, pid, comm, run_cpu AS cpu,
   CASE WHEN kind = 0 THEN 'wakeup' ELSE 'preemption' END AS after
 FROM (
@@ -165,25 +168,22 @@ FROM (
     lead(kind) OVER thread AS next_kind
   FROM (
     SELECT {host}ts, tid, pid, comm, kind, state, cpu,
-      first_value(kind) OVER (PARTITION BY {host}tid, run ORDER BY ts, kind) AS opened_by,
-      first_value(state) OVER (PARTITION BY {host}tid, run ORDER BY ts, kind) AS opened_in
+      max(CASE WHEN kind = 0 THEN NULL
+               ELSE CAST(CAST(ts AS BIGINT) AS DECIMAL(38, 0)) * 4
+                 + CASE WHEN kind = 2 THEN 3 WHEN state = 'R' THEN 1 ELSE 2 END END)
+        OVER (PARTITION BY {host}tid ORDER BY ts, kind ROWS UNBOUNDED PRECEDING) % 4 AS opened
     FROM (
-      SELECT {host}ts, tid, pid, comm, kind, state, cpu,
-        sum(CASE WHEN kind > 0 THEN 1 ELSE 0 END) OVER (PARTITION BY {host}tid ORDER BY ts, kind ROWS UNBOUNDED PRECEDING) AS run
-      FROM (
-        SELECT {host}ts, tid, pid, CAST(comm AS VARCHAR) AS comm, 0 AS kind, CAST(NULL AS VARCHAR) AS state, target_cpu AS cpu
-        FROM sched_wakeup
-        UNION ALL
-        SELECT {host}ts, prev_tid, prev_pid, CAST(prev_comm AS VARCHAR), 1, CAST(prev_state AS VARCHAR), cpu
-        FROM sched_switch WHERE prev_tid <> 0
-        UNION ALL
-        SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), 2, CAST(NULL AS VARCHAR), cpu
-        FROM sched_switch WHERE next_tid <> 0
-      ) events
-    ) numbered
-  ) opened
-  WHERE kind = 2 OR kind = 1
-    OR (kind = 0 AND (opened_by = 0 OR (opened_by = 1 AND opened_in <> 'R')))
+      SELECT {host}ts, tid, pid, CAST(comm AS VARCHAR) AS comm, 0 AS kind, CAST(NULL AS VARCHAR) AS state, target_cpu AS cpu
+      FROM sched_wakeup
+      UNION ALL
+      SELECT {host}ts, prev_tid, prev_pid, CAST(prev_comm AS VARCHAR), 1, CAST(prev_state AS VARCHAR), cpu
+      FROM sched_switch WHERE prev_tid <> 0
+      UNION ALL
+      SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), 2, CAST(NULL AS VARCHAR), cpu
+      FROM sched_switch WHERE next_tid <> 0
+    ) events
+  ) tracked
+  WHERE kind > 0 OR opened IS NULL OR opened = 2
   WINDOW thread AS (PARTITION BY {host}tid ORDER BY ts, kind)
 ) edges
 WHERE (kind = 0 OR (kind = 1 AND state = 'R')) AND next_kind = 2",
