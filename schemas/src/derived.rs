@@ -29,7 +29,10 @@
 //!   from another CPU's ring a moment later) still pair in time order;
 //! - a recorder restart (a new session in `recording.json`) ends every open
 //!   interval unpaired: what happened while nothing recorded is unknown, so
-//!   no interval spans the gap (the raw views would pair across it);
+//!   no interval spans the gap (the raw views would pair across it); a
+//!   thread's state is unknown after it too, so a wakeup before the thread's
+//!   first switch starts a wait (the view judges it by what the thread did
+//!   before the gap);
 //! - a thread that left the CPU dead (`prev_state` `X` or `Z`) has no
 //!   off-CPU interval after that switch: its tid may be reused by a new
 //!   thread;
