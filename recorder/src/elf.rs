@@ -155,22 +155,60 @@ fn separate_debug_candidates(
     candidates
 }
 
-/// Bytes of DWARF that naming a frame of `module` could read: its own, or
-/// its separate debug file's when it has none. None when the module cannot
+/// Where the names of `module`'s frames come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DebugInfo {
+    /// DWARF of its own, this many bytes inflated.
+    Own(u64),
+    /// None of its own, but a separate debug file (`libc6-dbg`'s, found by
+    /// build id or debug link), whose symbol table names what `.dynsym` does
+    /// not.
+    Separate(PathBuf),
+    /// Neither: its symbol tables only.
+    None,
+}
+
+/// What naming a frame of `module` can read. None when the module cannot
 /// be read.
-pub fn module_dwarf_bytes(module: &Path) -> Option<u64> {
+pub fn module_debug_info(module: &Path) -> Option<DebugInfo> {
     let sections = debug_sections(module).ok()?;
     if sections.dwarf_bytes > 0 {
-        return Some(sections.dwarf_bytes);
+        return Some(DebugInfo::Own(sections.dwarf_bytes));
     }
     let build_id = blazesym::helper::read_elf_build_id(module).ok().flatten();
     let separate =
         separate_debug_candidates(module, build_id.as_deref(), sections.debug_link.as_deref())
             .into_iter()
-            .find(|candidate| candidate.is_file())
-            .and_then(|candidate| debug_sections(&candidate).ok())
-            .map_or(0, |debug| debug.dwarf_bytes);
-    Some(separate)
+            .find(|candidate| candidate.is_file());
+    Some(separate.map_or(DebugInfo::None, DebugInfo::Separate))
+}
+
+/// The virtual address at which byte `offset` of the ELF file `module` is
+/// loaded, from its `PT_LOAD` program headers: how a frame found by file
+/// offset is looked up in a separate debug file, which holds no code.
+pub fn load_address(module: &Path, offset: u64) -> Option<u64> {
+    const PT_LOAD: u32 = 1;
+    let file = File::open(module).ok()?;
+    let header = read_at(&file, 0, 64).ok()?;
+    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let (table_offset, entry_size, count) = (
+        u64_at(&header, 0x20),
+        u64::from(u16_at(&header, 0x36)),
+        u64::from(u16_at(&header, 0x38)),
+    );
+    if entry_size < 56 {
+        return None;
+    }
+    let table = read_at(&file, table_offset, count * entry_size).ok()?;
+    (0..count).find_map(|i| {
+        let entry = &table[(i * entry_size) as usize..];
+        let (kind, file_offset) = (u32_at(entry, 0), u64_at(entry, 8));
+        let (vaddr, file_size) = (u64_at(entry, 16), u64_at(entry, 32));
+        (kind == PT_LOAD && file_offset <= offset && offset < file_offset + file_size)
+            .then(|| offset - file_offset + vaddr)
+    })
 }
 
 #[cfg(test)]
@@ -238,5 +276,29 @@ mod tests {
         assert!(candidates.contains(&PathBuf::from(
             "/usr/lib/debug/usr/lib/x86_64-linux-gnu/libc.so.6.debug"
         )));
+    }
+
+    /// Every `LOAD` segment of this test binary, as `readelf -lW` prints
+    /// them: a byte inside one loads at its address plus the same distance.
+    #[test]
+    fn file_offsets_map_to_load_addresses_like_readelf() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("readelf")
+            .args(["-lW", "--"])
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        let mut segments = 0;
+        for line in text.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (offset, vaddr, size) = (hex(fields[1]), hex(fields[2]), hex(fields[4]));
+            if size > 8 {
+                assert_eq!(load_address(&exe, offset + 7), Some(vaddr + 7), "{line}");
+                segments += 1;
+            }
+        }
+        assert!(segments >= 2, "{text}");
     }
 }

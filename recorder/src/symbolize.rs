@@ -22,7 +22,11 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
 };
 
-use crate::{elf::module_dwarf_bytes, procfs::self_resident_bytes, stacks::FrameRow};
+use crate::{
+    elf::{load_address, module_debug_info, DebugInfo},
+    procfs::self_resident_bytes,
+    stacks::FrameRow,
+};
 
 /// Frames waiting to be named; beyond this they are written unnamed.
 const QUEUE: usize = 16 * 1024;
@@ -96,28 +100,47 @@ pub fn perf_map_lookup(text: &str, address: u64) -> Option<&str> {
     })
 }
 
+/// How a module's frames are named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Naming {
+    /// From its own DWARF: function, file, line and inlined functions.
+    Dwarf,
+    /// From its symbol tables (`.symtab`, else `.dynsym`): functions only.
+    Symbols,
+    /// From the symbol table of its separate debug file (found by build id
+    /// or debug link): functions only, internal ones too. Not from that
+    /// file's DWARF: compressed, libc's inflates to 10 MiB in the recorder
+    /// (it took a switch storm's peak from 59 to 71 MiB), for a file and
+    /// line.
+    SeparateSymbols(PathBuf),
+}
+
 /// Fills in what blazesym knows about `offset` in the ELF file `path`.
-/// `dwarf`: whether to read its DWARF (file, line and inlined functions)
-/// or only its symbol table (function names).
 fn name_user_frame(
     symbolizer: &Symbolizer,
     path: &str,
     offset: u64,
-    dwarf: bool,
+    naming: &Naming,
     row: &mut FrameRow,
 ) {
-    let lookup = |dwarf: bool| {
-        let mut elf = Elf::new(path);
+    let lookup = |file: &Path, dwarf: bool, input: Input<u64>| {
+        let mut elf = Elf::new(file);
         elf.debug_syms = dwarf;
-        match symbolizer.symbolize_single(&Source::Elf(elf), Input::FileOffset(offset)) {
+        match symbolizer.symbolize_single(&Source::Elf(elf), input) {
             Ok(Symbolized::Sym(sym)) => Some(sym),
             _ => None,
         }
     };
-    // DWARF found through .gnu_debuglink or the build-id directory may be
-    // unreadable (a compression blazesym lacks): the symbol tables, .symtab
-    // or .dynsym, still name the function.
-    let Some(sym) = lookup(dwarf).or_else(|| if dwarf { lookup(false) } else { None }) else {
+    let module = Path::new(path);
+    let found = match naming {
+        Naming::Dwarf => lookup(module, true, Input::FileOffset(offset)),
+        Naming::SeparateSymbols(debug) => load_address(module, offset)
+            .and_then(|address| lookup(debug, false, Input::VirtOffset(address))),
+        Naming::Symbols => None,
+    };
+    // What DWARF or a debug file could not name, the module's own symbol
+    // tables may still.
+    let Some(sym) = found.or_else(|| lookup(module, false, Input::FileOffset(offset))) else {
         return;
     };
     row.function = Some(sym.name.to_string());
@@ -191,8 +214,9 @@ const IDLE_RELEASE: Duration = Duration::from_secs(1);
 /// bound.
 const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
 
-/// Modules with more DWARF than this (their own or their separate debug
-/// file's) are named from their symbol table alone: function names, no
+/// Modules with more DWARF of their own than this are named from their
+/// symbol table alone (and a separate debug file's DWARF is never read,
+/// see [`Naming::SeparateSymbols`]): function names, no
 /// file, line or inlined functions. Naming one frame from DWARF maps and
 /// parses most of it, so a large one is a spike the budget above cannot
 /// prevent (a release hindsight-record, sampled while a second recorder
@@ -269,8 +293,8 @@ impl PerfMaps {
 struct Modules {
     symbolizer: Symbolizer,
     open: HashSet<String>,
-    /// Per module path: whether its DWARF is small enough to read.
-    reads_dwarf: HashMap<String, bool>,
+    /// Per module path: how its frames are named.
+    namings: HashMap<String, Naming>,
     last_user_frame: Instant,
     /// The recorder's resident bytes just after the last release.
     resident_at_release: u64,
@@ -287,7 +311,7 @@ impl Modules {
             resident,
             symbolizer: new_symbolizer(),
             open: HashSet::new(),
-            reads_dwarf: HashMap::new(),
+            namings: HashMap::new(),
             last_user_frame: Instant::now(),
             resident_at_release: resident().unwrap_or(0),
         }
@@ -301,19 +325,18 @@ impl Modules {
             }
             self.open.insert(path.to_string());
         }
-        let dwarf = match self.reads_dwarf.get(path) {
-            Some(&dwarf) => dwarf,
-            None => {
-                if self.reads_dwarf.len() >= MAX_REMEMBERED_MODULES {
-                    self.reads_dwarf.clear();
-                }
-                let dwarf = module_dwarf_bytes(Path::new(path))
-                    .is_some_and(|bytes| bytes <= MAX_MODULE_DWARF);
-                self.reads_dwarf.insert(path.to_string(), dwarf);
-                dwarf
+        if !self.namings.contains_key(path) {
+            if self.namings.len() >= MAX_REMEMBERED_MODULES {
+                self.namings.clear();
             }
-        };
-        name_user_frame(&self.symbolizer, path, offset, dwarf, row);
+            let naming = match module_debug_info(Path::new(path)) {
+                Some(DebugInfo::Own(bytes)) if bytes <= MAX_MODULE_DWARF => Naming::Dwarf,
+                Some(DebugInfo::Separate(debug)) => Naming::SeparateSymbols(debug),
+                _ => Naming::Symbols,
+            };
+            self.namings.insert(path.to_string(), naming);
+        }
+        name_user_frame(&self.symbolizer, path, offset, &self.namings[path], row);
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
         self.last_user_frame = Instant::now();

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::process::Command;
 
 use hindsight_schemas::meta::RecordingMeta;
-use hindsight_schemas::time::rfc3339;
 
 use crate::fixture::{
     bin, hindsight_stdout, pingpong, run, settle, shared, sql_count, Recorder, Scratch,
@@ -91,11 +90,17 @@ fn derived_tables_equal_the_views_across_chunks_and_a_restart() {
     let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
-    for _ in 0..2 {
+    // The ping-pong processes of the second session: born after the
+    // restart, so their state is known to the index and the view alike.
+    let mut second_session = Vec::new();
+    for session in 0..2 {
         let recorder = Recorder::start(&rec, &["--events", "sched", "--chunk", "1s"]);
         // Several chunks of a ping-pong (about 20 000 switches) each.
         for _ in 0..3 {
-            pingpong(5_000);
+            let truth = pingpong(5_000);
+            if session == 1 {
+                second_session.push(truth["children"][0]["pid"].as_i64().unwrap().to_string());
+            }
             std::thread::sleep(std::time::Duration::from_millis(700));
         }
         settle();
@@ -113,17 +118,11 @@ fn derived_tables_equal_the_views_across_chunks_and_a_restart() {
         args.extend_from_slice(extra);
         hindsight_stdout(&args)
     };
-    // The second session, from the first whole interval after the restart:
-    // no wait there can span it.
-    let restart_ns = sql_count(
-        &rec,
-        &format!(
-            "SELECT CAST(TIMESTAMP '{}' AS BIGINT)",
-            session_starts(&rec)[1]
-        ),
-    );
-    let after_restart = rfc3339((restart_ns / 2_000_000_000 + 1) * 2_000_000_000);
-    let before = runqlat(&["--from", &after_restart]);
+    // A process of the second session: born after the restart, no wait of
+    // it can span the restart, nor start in a state the restart made
+    // unknown (which the view and the index judge apart).
+    let pid = &second_session[2];
+    let before = runqlat(&["--pid", pid]);
     assert!(
         before.lines().count() > 2,
         "waits after the restart: {before}"
@@ -243,7 +242,7 @@ fn derived_tables_equal_the_views_across_chunks_and_a_restart() {
     // The report reads the derived table now, with the same figures.
     assert!(runqlat(&["--show-sql"]).contains("FROM runq_wait"));
     assert_eq!(
-        runqlat(&["--from", &after_restart]),
+        runqlat(&["--pid", pid]),
         before,
         "runqlat from runq_wait and from the view"
     );
