@@ -728,18 +728,22 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         rings.push(&p.skel.maps.stack_events);
         lost_maps.push(&p.skel.maps.stack_lost);
     }
+    // Every loaded group's programs (for their skipped runs) and links (to
+    // detach them at the stop).
     let mut programs: Vec<libbpf_rs::Program<'_>> = Vec::new();
-    for object in [
-        sched.as_ref().map(|p| p.skel.object()),
-        faults.as_ref().map(|p| p.skel.object()),
-        numa.as_ref().map(|p| p.skel.object()),
-        cache.as_ref().map(|p| p.skel.object()),
-        samples.as_ref().map(|p| p.skel.object()),
+    let mut attached: Vec<&crate::bpf::Attached> = Vec::new();
+    for (object, links) in [
+        sched.as_ref().map(|p| (p.skel.object(), &p.links)),
+        faults.as_ref().map(|p| (p.skel.object(), &p.links)),
+        numa.as_ref().map(|p| (p.skel.object(), &p.links)),
+        cache.as_ref().map(|p| (p.skel.object(), &p.links)),
+        samples.as_ref().map(|p| (p.skel.object(), &p.links)),
     ]
     .into_iter()
     .flatten()
     {
         programs.extend(object.progs().filter(|p| p.autoload()));
+        attached.push(links);
     }
     let cache_counts: Option<&dyn MapCore> = cache
         .as_ref()
@@ -900,16 +904,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     // what the kernel already handed over, then read the loss counters, and
     // close everything: a stop keeps every event it saw and never leaves a
     // half-written file behind.
-    for links in [
-        sched.as_ref().map(|p| &p.links),
-        faults.as_ref().map(|p| &p.links),
-        numa.as_ref().map(|p| &p.links),
-        cache.as_ref().map(|p| &p.links),
-        samples.as_ref().map(|p| &p.links),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for links in &attached {
         links.detach();
     }
     if let (None, Some(ring)) = (&failure, &ring) {
