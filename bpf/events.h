@@ -33,8 +33,9 @@ enum hs_kind {
 	HS_KIND_CACHE = 8,
 	HS_KIND_SAMPLE = 9,
 	HS_KIND_SWITCH_STACK = 10,
+	HS_KIND_TASK_EXIT = 11,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 11,
+	HS_KIND_MAX = 12,
 };
 
 struct hs_header {
@@ -106,6 +107,34 @@ struct hs_exit {
 	__u32 pid;
 	__u32 ppid;
 	__s32 exit_code;	/* wait status: (code >> 8) exit status, (code & 0x7f) signal */
+	char comm[HS_COMM_LEN];
+};
+
+/*
+ * sched:sched_process_free of a process (its thread-group leader): the
+ * process's final counters, every thread's included, once its last thread
+ * is gone and it has been reaped. Raw as the kernel keeps them: user space
+ * splits CPU time the way /proc does (cputime_adjust).
+ */
+struct hs_task_exit {
+	struct hs_header h;
+	__u32 pid;
+	__u32 ppid;
+	__u64 start_boottime;	/* ns since boot, as /proc/<pid>/stat's starttime before its tick rounding */
+	__u64 utime;		/* ns, tick-sampled */
+	__u64 stime;		/* ns, tick-sampled */
+	__u64 runtime;		/* ns on CPU, exact (sum_exec_runtime) */
+	__u64 prev_utime;	/* signal->prev_cputime: the split /proc last reported */
+	__u64 prev_stime;
+	__u64 min_flt;
+	__u64 maj_flt;
+	__u64 nvcsw;
+	__u64 nivcsw;
+	__u64 maxrss_pages;	/* signal->maxrss: the high-water RSS getrusage reports */
+	__u64 read_bytes;	/* storage I/O, as /proc/<pid>/io */
+	__u64 write_bytes;
+	__u32 has_io;		/* 0 when the kernel keeps no I/O accounting */
+	__u32 pad;
 	char comm[HS_COMM_LEN];
 };
 

@@ -6,7 +6,7 @@ use std::{env, path::PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 /// One skeleton per event group; each `.bpf.c` includes the shared wire header.
-const PROGRAMS: &[&str] = &["sched", "faults", "numa", "cache", "stacks"];
+const PROGRAMS: &[&str] = &["sched", "faults", "numa", "cache", "stacks", "tasks"];
 const HEADERS: &[&str] = &["events.h", "emit.h", "stack.h"];
 
 fn main() {

@@ -72,7 +72,7 @@ pub(crate) fn quote(text: &str) -> String {
 
 /// A UTC nanosecond time as a SQL timestamp literal.
 pub(crate) fn timestamp(ns: i64) -> String {
-    format!("arrow_cast({ns}, 'Timestamp(Nanosecond, Some(\"UTC\"))')")
+    crate::report::ns_as_timestamp(&ns.to_string())
 }
 
 /// The WHERE conditions of the filters, on columns named with `prefix`

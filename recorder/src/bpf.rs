@@ -44,6 +44,12 @@ pub mod stacks {
     include!(concat!(env!("OUT_DIR"), "/stacks.skel.rs"));
 }
 
+/// The skeleton of `bpf/tasks.bpf.c` (a process's final counters).
+pub mod tasks {
+    #![allow(clippy::all, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/tasks.skel.rs"));
+}
+
 /// Names tracepoints a test wants treated as missing from this kernel, to
 /// exercise the warn-and-skip path on a kernel that has them all.
 pub const HIDE_TRACEPOINTS_ENV: &str = "HINDSIGHT_TEST_HIDE_TRACEPOINTS";
@@ -488,6 +494,35 @@ pub fn load_cache<'obj>(
         .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
     let links = attach_loaded("cache", skel.object_mut(), &mut skipped)?;
     Ok(CacheProbes {
+        skel,
+        links: Attached::new(links),
+        skipped,
+    })
+}
+
+/// The loaded `tasks` group's program: poll `skel.maps.task_events`
+/// (`hs_task_exit` records), read losses from `skel.maps.task_lost`.
+pub struct TaskProbes<'obj> {
+    pub skel: tasks::TasksSkel<'obj>,
+    pub links: Attached,
+    /// Tracepoints that were missing or refused to attach.
+    pub skipped: Vec<String>,
+}
+
+/// Opens, loads and attaches the `tasks` program.
+pub fn load_tasks<'obj>(
+    object: &'obj mut MaybeUninit<OpenObject>,
+    catalog: &TracepointCatalog,
+) -> anyhow::Result<TaskProbes<'obj>> {
+    let mut open = tasks::TasksSkelBuilder::default()
+        .open(object)
+        .context("opening the tasks BPF object")?;
+    let mut skipped = skip_missing(open.open_object_mut(), catalog);
+    let mut skel = open
+        .load()
+        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+    let links = attach_loaded("tasks", skel.object_mut(), &mut skipped)?;
+    Ok(TaskProbes {
         skel,
         links: Attached::new(links),
         skipped,

@@ -17,7 +17,7 @@ pub struct UsageError(pub String);
 pub const EVENT_GROUPS: &[(&str, bool, &str)] = &[
     ("sched", true, "context switches, wakeups, fork/exec/exit (tables sched_switch, sched_wakeup, process)"),
     ("counters", true, "/proc/vmstat, /proc/stat, meminfo, PSI, per-node NUMA counters every --interval (table counter)"),
-    ("tasks", true, "every process's CPU time, faults, switches, RSS, I/O every --task-interval (table task_stat)"),
+    ("tasks", true, "every process's CPU time, faults, switches, RSS, I/O every --task-interval, and its final counters when it ends (table task_stat)"),
     ("numa", true, "NUMA task moves and page migrations (table numa_event)"),
     ("cache", true, "page-cache accesses, misses and dirtied pages per process every --interval (table page_cache)"),
     ("cpu", true, "CPU samples with kernel and user stacks at --frequency Hz on every CPU (tables cpu_sample, stack, frame)"),

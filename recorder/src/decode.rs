@@ -16,10 +16,12 @@ use crate::{
             hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack, hs_wakeup,
         },
         stacks::types::hs_sample,
+        tasks::types::hs_task_exit,
     },
     procfs::join_argv,
-    rows::{AllRows, ProcessRow},
+    rows::{AllRows, ProcessRow, TaskStatRow},
     stacks::StackInterner,
+    tasks::{boot_ns_to_tick, split_cputime},
 };
 
 // SAFETY: the generated wire structs are repr(C), made only of integers and
@@ -34,6 +36,7 @@ unsafe impl Plain for hs_fault {}
 unsafe impl Plain for hs_numa {}
 unsafe impl Plain for hs_sample {}
 unsafe impl Plain for hs_switch_stack {}
+unsafe impl Plain for hs_task_exit {}
 
 // The layout the decoder was written against; a change to events.h that
 // moves these sizes must be looked at here too.
@@ -47,6 +50,7 @@ const _: () = assert!(size_of::<hs_fault>() == 64);
 const _: () = assert!(size_of::<hs_numa>() == 88);
 const _: () = assert!(size_of::<hs_sample>() == 40 + 8 + 2 * 64 * 8);
 const _: () = assert!(size_of::<hs_switch_stack>() == 88 + 8 + 2 * 64 * 8);
+const _: () = assert!(size_of::<hs_task_exit>() == 152);
 
 /// Bytes before the stack addresses of a sample and of a switch with its
 /// stack: the part always sent; the addresses follow as far as filled.
@@ -74,6 +78,7 @@ pub fn table_of_kind(kind: u32) -> &'static str {
         hs_kind::HS_KIND_CACHE => "page_cache",
         hs_kind::HS_KIND_SAMPLE => "cpu_sample",
         hs_kind::HS_KIND_SWITCH_STACK => "sched_switch",
+        hs_kind::HS_KIND_TASK_EXIT => "task_stat",
         _ => "unknown",
     }
 }
@@ -187,15 +192,23 @@ pub fn task_state_letter(state: u32, exit_state: u32, preempt: bool) -> &'static
 }
 
 /// Turns records into rows, converting boot-clock times with the offset of
-/// the current chunk.
+/// the current chunk, and the kernel's units into /proc's.
 #[derive(Debug)]
 pub struct Decoder {
     pub offset: ClockOffset,
+    /// USER_HZ, to round start times as /proc does.
+    pub clock_ticks_per_second: u32,
+    pub page_size: u32,
 }
 
 impl Decoder {
+    /// A decoder for this machine's units.
     pub fn new(offset: ClockOffset) -> Self {
-        Decoder { offset }
+        Decoder {
+            offset,
+            clock_ticks_per_second: crate::procfs::clock_ticks_per_second(),
+            page_size: crate::procfs::page_size(),
+        }
     }
 
     /// Appends one record to its table; returns its kind.
@@ -266,6 +279,10 @@ impl Decoder {
                     cmdline: None,
                     exit_code: Some(e.exit_code),
                 });
+            }
+            hs_kind::HS_KIND_TASK_EXIT => {
+                let e: &hs_task_exit = record(data, kind)?;
+                self.push_task_exit(ts, e, rows);
             }
             hs_kind::HS_KIND_FAULT => {
                 let e: &hs_fault = record(data, kind)?;
@@ -373,6 +390,38 @@ impl Decoder {
     }
 }
 
+impl Decoder {
+    /// A process's final counters as its last `task_stat` row, in the units
+    /// and by the rules of its snapshots.
+    fn push_task_exit(&self, ts: i64, e: &hs_task_exit, rows: &mut AllRows) {
+        let (utime, stime) =
+            split_cputime(e.utime, e.stime, e.runtime, (e.prev_utime, e.prev_stime));
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        rows.task_stat.push(TaskStatRow {
+            ts,
+            pid: e.pid as i32,
+            comm: &c_str(&e.comm),
+            state: "X",
+            utime_ns: count(utime),
+            stime_ns: count(stime),
+            minflt: count(e.min_flt),
+            majflt: count(e.maj_flt),
+            rss_bytes: 0,
+            vsize_bytes: 0,
+            threads: 0,
+            nvcsw: count(e.nvcsw),
+            nivcsw: count(e.nivcsw),
+            io: (e.has_io != 0).then(|| (count(e.read_bytes), count(e.write_bytes))),
+            cgroup: None,
+            ppid: e.ppid as i32,
+            start_time_ns: boot_ns_to_tick(e.start_boottime, self.clock_ticks_per_second),
+            // A kernel thread never had memory of its own: null, as in its snapshots.
+            rss_peak_bytes: (e.maxrss_pages > 0)
+                .then(|| count(e.maxrss_pages).saturating_mul(i64::from(self.page_size))),
+        });
+    }
+}
+
 /// One `sched_switch` row.
 fn push_switch(ts: i64, e: &hs_switch, rows: &mut AllRows, stack_id: Option<i64>) {
     let r = &mut rows.sched_switch;
@@ -428,6 +477,7 @@ mod tests {
     // SAFETY: as above; each skeleton generates its own copy of the header.
     unsafe impl Plain for crate::bpf::faults::types::hs_header {}
     unsafe impl Plain for crate::bpf::numa::types::hs_header {}
+    unsafe impl Plain for crate::bpf::tasks::types::hs_header {}
 
     /// The same header as another skeleton's generated type.
     fn retype<H: Plain + Copy>(h: hs_header) -> H {
@@ -572,6 +622,70 @@ mod tests {
             .unwrap()
             .as_primitive::<Int32Type>();
         assert_eq!((exit_code.is_null(0), exit_code.value(2)), (true, 9));
+    }
+
+    #[test]
+    fn a_process_end_becomes_its_final_task_stat_row() {
+        let mut e = hs_task_exit {
+            h: retype(header(hs_kind::HS_KIND_TASK_EXIT, 5_000, 1)),
+            pid: 42,
+            ppid: 1,
+            start_boottime: 1_234_567_890,
+            // 3 ticks of user time to 1 of system, 2 s exactly on CPU.
+            utime: 30_000_000,
+            stime: 10_000_000,
+            runtime: 2_000_000_000,
+            min_flt: 300,
+            maj_flt: 2,
+            nvcsw: 7,
+            nivcsw: 9,
+            maxrss_pages: 25,
+            read_bytes: 4096,
+            write_bytes: 8192,
+            has_io: 1,
+            comm: comm("hog"),
+            ..Default::default()
+        };
+        let decoder = Decoder {
+            offset: OFFSET,
+            clock_ticks_per_second: 100,
+            page_size: 4096,
+        };
+        let mut rows = AllRows::default();
+        let kind = decoder.decode(&bytes(&e), &mut rows).unwrap();
+        assert_eq!(table_of_kind(kind), "task_stat");
+        e.has_io = 0;
+        e.maxrss_pages = 0;
+        decoder.decode(&bytes(&e), &mut rows).unwrap();
+        let b = rows.task_stat.finish();
+        let long = |column: &str, row: usize| {
+            let col = b.column_by_name(column).unwrap();
+            (!col.is_null(row)).then(|| col.as_primitive::<Int64Type>().value(row))
+        };
+        assert_eq!(int(&b, "ts", 0), OFFSET.to_utc_ns(5_000));
+        assert_eq!((int(&b, "pid", 0), int(&b, "ppid", 0)), (42, 1));
+        assert_eq!(
+            (text(&b, "comm", 0), text(&b, "state", 0)),
+            ("hog".into(), "X".into())
+        );
+        // The exact run time, split 3:1 as /proc splits it.
+        assert_eq!(long("utime_ns", 0), Some(1_500_000_000));
+        assert_eq!(long("stime_ns", 0), Some(500_000_000));
+        assert_eq!((long("minflt", 0), long("majflt", 0)), (Some(300), Some(2)));
+        assert_eq!((long("nvcsw", 0), long("nivcsw", 0)), (Some(7), Some(9)));
+        assert_eq!(
+            (long("read_bytes", 0), long("write_bytes", 0)),
+            (Some(4096), Some(8192))
+        );
+        assert_eq!(long("rss_bytes", 0), Some(0));
+        assert_eq!(long("rss_peak_bytes", 0), Some(25 * 4096));
+        // Rounded to the tick like /proc/<pid>/stat's starttime, so the
+        // row joins the process's snapshots.
+        assert_eq!(long("start_time_ns", 0), Some(1_230_000_000));
+        assert_eq!(
+            (long("read_bytes", 1), long("rss_peak_bytes", 1)),
+            (None, None)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! One thread decodes and reads; a writer thread encodes and writes. The
 //! loop sleeps in the ring buffer's epoll for at most [`POLL_INTERVAL`], or,
-//! with no ring open, until the next timer (never spins), and a signal only
+//! with no event stream open, until the next timer (never spins), and a signal only
 //! sets a flag that the loop reads, so every stop goes through the same
 //! orderly close.
 
@@ -55,6 +55,8 @@ const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// recorder's memory (about 60 bytes a row) whatever the event rate. The
 /// builders, and the writer's queue, hold up to this many per table.
 pub const BATCH_ROWS: usize = 16 * 1024;
+/// What a `tasks` recording goes without when its BPF program cannot run.
+const TASKS_WITHOUT_EXITS: &str = "task_stat goes without the final counters of the processes that end (one that lives between two snapshots is missing)";
 /// NUMA moves and migrations are rare; their ring needs little room.
 const NUMA_RING_SIZE: u32 = 256 << 10;
 
@@ -580,17 +582,28 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
 pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let bpf_groups = ["sched", "faults", "numa", "cache", "cpu"];
     let uses_bpf = bpf_groups.iter().any(|g| wants(config, g));
-    let catalog = if uses_bpf {
+    // `tasks` reads /proc; BPF only adds the final counters of the
+    // processes that end, so without it the group still records.
+    let catalog = if uses_bpf || wants(config, "tasks") {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        bpf::check_privileges(&status)?;
-        let missing = bpf::missing_optional_capabilities(&status);
-        if !missing.is_empty() {
-            eprintln!(
-                "hindsight-record: warning: without {}, other users' /proc/<pid>/io is unreadable (task_stat read_bytes/write_bytes stay null)",
-                missing.join(" and ")
-            );
+        let ready = bpf::check_privileges(&status).and_then(|()| TracepointCatalog::load());
+        match ready {
+            Ok(catalog) => {
+                let missing = bpf::missing_optional_capabilities(&status);
+                if !missing.is_empty() {
+                    eprintln!(
+                        "hindsight-record: warning: without {}, other users' /proc/<pid>/io is unreadable (task_stat read_bytes/write_bytes stay null)",
+                        missing.join(" and ")
+                    );
+                }
+                Some(catalog)
+            }
+            Err(e) if !uses_bpf => {
+                eprintln!("hindsight-record: warning: {e}; {TASKS_WITHOUT_EXITS}");
+                None
+            }
+            Err(e) => return Err(e.into()),
         }
-        Some(TracepointCatalog::load()?)
     } else {
         None
     };
@@ -633,6 +646,17 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         (Some(catalog), true) => Some(bpf::load_cache(&mut cache_object, catalog)?),
         _ => None,
     };
+    let mut tasks_object = MaybeUninit::uninit();
+    let tasks = match (&catalog, wants(config, "tasks")) {
+        (Some(catalog), true) => match bpf::load_tasks(&mut tasks_object, catalog) {
+            Ok(probes) => Some(probes),
+            Err(e) => {
+                eprintln!("hindsight-record: warning: {e:#}; {TASKS_WITHOUT_EXITS}");
+                None
+            }
+        },
+        _ => None,
+    };
     let mut samples_object = MaybeUninit::uninit();
     let samples = match (&catalog, wants(config, "cpu")) {
         (Some(_), true) => {
@@ -662,6 +686,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     skipped.extend(faults.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(numa.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
+    skipped.extend(tasks.iter().flat_map(|p| p.skipped.iter().cloned()));
     recording.session_mut().skipped_probes = skipped;
     // The kernel's BTF (several MiB) is only needed to choose programs.
     drop(catalog);
@@ -728,6 +753,13 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         rings.push(&p.skel.maps.stack_events);
         lost_maps.push(&p.skel.maps.stack_lost);
     }
+    // Processes end far more rarely than events stream in: the tasks ring
+    // alone is drained by the timers' wake-ups (or when a quarter full).
+    let streams = !rings.is_empty();
+    if let Some(p) = &tasks {
+        rings.push(&p.skel.maps.task_events);
+        lost_maps.push(&p.skel.maps.task_lost);
+    }
     // Every loaded group's programs (for their skipped runs) and links (to
     // detach them at the stop).
     let mut programs: Vec<libbpf_rs::Program<'_>> = Vec::new();
@@ -738,6 +770,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         numa.as_ref().map(|p| (p.skel.object(), &p.links)),
         cache.as_ref().map(|p| (p.skel.object(), &p.links)),
         samples.as_ref().map(|p| (p.skel.object(), &p.links)),
+        tasks.as_ref().map(|p| (p.skel.object(), &p.links)),
     ]
     .into_iter()
     .flatten()
@@ -791,38 +824,41 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     loop {
         // The BPF side wakes us only when the ring fills up; otherwise the
         // poll times out and we drain what accumulated.
+        // Nothing streams in: sleep until the next timer, which at the
+        // default 1 s interval is one wake-up a second, not ten.
+        let until_wake = || {
+            let wake = [
+                periodic.next_due(),
+                Some(chunk_deadline),
+                Some(next_flush),
+                (!lost_maps.is_empty()).then_some(next_loss_read),
+                deadline,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            // At most a second: a signal that lands between the stop
+            // check and the sleep is then seen a second late at worst.
+            wake.map_or(MAX_IDLE_SLEEP, |w| {
+                w.saturating_duration_since(Instant::now())
+            })
+            .min(MAX_IDLE_SLEEP)
+        };
         let polled = match &ring {
             Some(ring) => {
-                let polled = wait_and_drain(
-                    ring,
-                    if backlog {
-                        Duration::ZERO
-                    } else {
-                        POLL_INTERVAL
-                    },
-                );
+                let timeout = if backlog {
+                    Duration::ZERO
+                } else if streams {
+                    POLL_INTERVAL
+                } else {
+                    until_wake()
+                };
+                let polled = wait_and_drain(ring, timeout);
                 backlog = polled >= DRAIN_BUDGET as i32;
                 polled
             }
             None => {
-                // Nothing streams in: sleep until the next timer, which at
-                // the default 1 s interval is one wake-up a second, not ten.
-                let wake = [
-                    periodic.next_due(),
-                    Some(chunk_deadline),
-                    Some(next_flush),
-                    (!lost_maps.is_empty()).then_some(next_loss_read),
-                    deadline,
-                ]
-                .into_iter()
-                .flatten()
-                .min();
-                // At most a second: a signal that lands between the stop
-                // check and the sleep is then seen a second late at worst.
-                let until_wake = wake.map_or(MAX_IDLE_SLEEP, |w| {
-                    w.saturating_duration_since(Instant::now())
-                });
-                sleep_interruptibly(until_wake.min(MAX_IDLE_SLEEP));
+                sleep_interruptibly(until_wake());
                 0
             }
         };

@@ -177,6 +177,7 @@ table_rows! {
     cgroup: StringBuilder = StringBuilder::new(),
     ppid: Int32Builder = Int32Builder::new(),
     start_time_ns: Int64Builder = Int64Builder::new(),
+    rss_peak_bytes: Int64Builder = Int64Builder::new(),
 }
 
 table_rows! {
@@ -342,6 +343,54 @@ impl ProcessRows {
         self.comm.append_value(row.comm);
         self.cmdline.append_option(row.cmdline);
         self.exit_code.append_option(row.exit_code);
+    }
+}
+
+/// One `task_stat` row: a snapshot of a process, or its final counters.
+pub struct TaskStatRow<'a> {
+    pub ts: i64,
+    pub pid: i32,
+    pub comm: &'a str,
+    pub state: &'a str,
+    pub utime_ns: i64,
+    pub stime_ns: i64,
+    pub minflt: i64,
+    pub majflt: i64,
+    pub rss_bytes: i64,
+    pub vsize_bytes: i64,
+    pub threads: i32,
+    pub nvcsw: i64,
+    pub nivcsw: i64,
+    /// `(read_bytes, write_bytes)` where known.
+    pub io: Option<(i64, i64)>,
+    pub cgroup: Option<&'a str>,
+    pub ppid: i32,
+    pub start_time_ns: i64,
+    pub rss_peak_bytes: Option<i64>,
+}
+
+impl TaskStatRows {
+    pub fn push(&mut self, row: TaskStatRow<'_>) {
+        self.ts.append_value(row.ts);
+        self.pid.append_value(row.pid);
+        self.comm.append_value(row.comm);
+        self.state.append_value(row.state);
+        self.utime_ns.append_value(row.utime_ns);
+        self.stime_ns.append_value(row.stime_ns);
+        self.minflt.append_value(row.minflt);
+        self.majflt.append_value(row.majflt);
+        self.rss_bytes.append_value(row.rss_bytes);
+        self.vsize_bytes.append_value(row.vsize_bytes);
+        self.threads.append_value(row.threads);
+        self.nvcsw.append_value(row.nvcsw);
+        self.nivcsw.append_value(row.nivcsw);
+        self.read_bytes.append_option(row.io.map(|(read, _)| read));
+        self.write_bytes
+            .append_option(row.io.map(|(_, write)| write));
+        self.cgroup.append_option(row.cgroup);
+        self.ppid.append_value(row.ppid);
+        self.start_time_ns.append_value(row.start_time_ns);
+        self.rss_peak_bytes.append_option(row.rss_peak_bytes);
     }
 }
 

@@ -16,7 +16,7 @@ use std::{
 
 use crate::{
     procfs::{read_into, split_stat, Procfs},
-    rows::TaskStatRows,
+    rows::{TaskStatRow, TaskStatRows},
 };
 
 /// Converts USER_HZ ticks (`/proc` CPU times and start times) to ns; the
@@ -24,6 +24,46 @@ use crate::{
 pub fn ticks_to_ns(ticks: u64, clock_ticks_per_second: u32) -> i64 {
     let ns = u128::from(ticks) * 1_000_000_000 / u128::from(clock_ticks_per_second.max(1));
     i64::try_from(ns).unwrap_or(i64::MAX)
+}
+
+/// A boot-clock time in ns rounded down to USER_HZ ticks, as
+/// `/proc/<pid>/stat` gives `starttime`: a process's final row then has the
+/// same `start_time_ns` as its snapshots.
+pub fn boot_ns_to_tick(boot_ns: u64, clock_ticks_per_second: u32) -> i64 {
+    let hz = u128::from(clock_ticks_per_second.max(1));
+    let ticks = u128::from(boot_ns) * hz / 1_000_000_000;
+    ticks_to_ns(
+        u64::try_from(ticks).unwrap_or(u64::MAX),
+        clock_ticks_per_second,
+    )
+}
+
+/// A process's CPU time, split into user and system the way /proc and
+/// getrusage split it (the kernel's `cputime_adjust`): the exact run time
+/// `runtime`, divided in the proportion of the tick-sampled `utime` and
+/// `stime`, never below the split last reported (`prev`), so the figures
+/// never go backwards. Returns `(utime, stime)` in ns.
+pub fn split_cputime(utime: u64, stime: u64, runtime: u64, prev: (u64, u64)) -> (u64, u64) {
+    let (prev_utime, prev_stime) = prev;
+    if prev_utime.saturating_add(prev_stime) >= runtime {
+        return prev;
+    }
+    let stime = if stime == 0 {
+        0
+    } else if utime == 0 {
+        runtime
+    } else {
+        let scaled =
+            u128::from(stime) * u128::from(runtime) / (u128::from(stime) + u128::from(utime));
+        u64::try_from(scaled).unwrap_or(runtime)
+    };
+    let stime = stime.max(prev_stime);
+    let utime = runtime - stime;
+    if utime < prev_utime {
+        (prev_utime, runtime - prev_utime)
+    } else {
+        (utime, stime)
+    }
 }
 
 /// The fields of `/proc/<pid>/stat` a snapshot keeps, in their units.
@@ -72,17 +112,33 @@ pub fn parse_stat(stat: &str) -> Option<ProcStat<'_>> {
     })
 }
 
-/// `(voluntary, nonvoluntary)` context switches from a `status` file.
-pub fn parse_status_switches(status: &[u8]) -> Option<(i64, i64)> {
-    let (mut voluntary, mut involuntary) = (None, None);
+/// What a snapshot reads from a `status` file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusFields {
+    pub voluntary_switches: i64,
+    pub involuntary_switches: i64,
+    /// `VmHWM` in bytes; None for a kernel thread (no memory of its own).
+    pub rss_peak_bytes: Option<i64>,
+}
+
+/// The switch counts (both needed) and the RSS high-water mark of a
+/// `status` file.
+pub fn parse_status(status: &[u8]) -> Option<StatusFields> {
+    let (mut voluntary, mut involuntary, mut peak_kb) = (None, None, None);
     for line in status.split(|&b| b == b'\n') {
         if let Some(value) = line.strip_prefix(b"voluntary_ctxt_switches:") {
             voluntary = parse_number(value);
         } else if let Some(value) = line.strip_prefix(b"nonvoluntary_ctxt_switches:") {
             involuntary = parse_number(value);
+        } else if let Some(value) = line.strip_prefix(b"VmHWM:") {
+            peak_kb = value.strip_suffix(b"kB").and_then(parse_number);
         }
     }
-    Some((voluntary?, involuntary?))
+    Some(StatusFields {
+        voluntary_switches: voluntary?,
+        involuntary_switches: involuntary?,
+        rss_peak_bytes: peak_kb.map(|kb: i64| kb.saturating_mul(1024)),
+    })
 }
 
 /// `(read_bytes, write_bytes)` from `/proc/<pid>/io`.
@@ -198,7 +254,7 @@ impl TaskReader {
         let Some(stat) = parse_stat(&text) else {
             return false;
         };
-        let Some((nvcsw, nivcsw)) = switches(paths, &mut self.status, dir, stat.threads) else {
+        let Some(status) = switches(paths, &mut self.status, dir, stat.threads) else {
             return false;
         };
         let io = read_into(paths.get(dir, &["io"]), &mut self.io)
@@ -208,47 +264,45 @@ impl TaskReader {
             .ok()
             .and_then(|()| parse_cgroup(&self.cgroup));
         let hz = self.clock_ticks_per_second;
-        rows.ts.append_value(ts);
-        rows.pid.append_value(pid);
-        rows.comm.append_value(stat.comm);
-        rows.state.append_value(stat.state);
-        rows.utime_ns
-            .append_value(ticks_to_ns(stat.utime_ticks, hz));
-        rows.stime_ns
-            .append_value(ticks_to_ns(stat.stime_ticks, hz));
-        rows.minflt.append_value(stat.minflt);
-        rows.majflt.append_value(stat.majflt);
-        let page_size = i64::from(self.page_size);
-        rows.rss_bytes
-            .append_value(stat.rss_pages.saturating_mul(page_size));
-        rows.vsize_bytes.append_value(stat.vsize_bytes);
-        rows.threads.append_value(stat.threads);
-        rows.nvcsw.append_value(nvcsw);
-        rows.nivcsw.append_value(nivcsw);
-        rows.read_bytes.append_option(io.map(|(read, _)| read));
-        rows.write_bytes.append_option(io.map(|(_, write)| write));
-        rows.cgroup.append_option(cgroup);
-        rows.ppid.append_value(stat.ppid);
-        rows.start_time_ns
-            .append_value(ticks_to_ns(stat.start_ticks, hz));
+        rows.push(TaskStatRow {
+            ts,
+            pid,
+            comm: stat.comm,
+            state: stat.state,
+            utime_ns: ticks_to_ns(stat.utime_ticks, hz),
+            stime_ns: ticks_to_ns(stat.stime_ticks, hz),
+            minflt: stat.minflt,
+            majflt: stat.majflt,
+            rss_bytes: stat.rss_pages.saturating_mul(i64::from(self.page_size)),
+            vsize_bytes: stat.vsize_bytes,
+            threads: stat.threads,
+            nvcsw: status.voluntary_switches,
+            nivcsw: status.involuntary_switches,
+            io,
+            cgroup,
+            ppid: stat.ppid,
+            start_time_ns: ticks_to_ns(stat.start_ticks, hz),
+            rss_peak_bytes: status.rss_peak_bytes,
+        });
         true
     }
 }
 
 /// Context switches summed over a process's live threads
 /// (`/proc/<pid>/status` only counts the leader's; a single-threaded process
-/// needs no directory listing); None when the process has gone.
+/// needs no directory listing), and the RSS high-water mark of its memory
+/// (every thread's status shows the same); None when the process has gone.
 fn switches(
     paths: &mut ProcPaths,
     status: &mut Vec<u8>,
     dir: &Path,
     threads: i32,
-) -> Option<(i64, i64)> {
+) -> Option<StatusFields> {
     if threads == 1 {
         read_into(paths.get(dir, &["status"]), status).ok()?;
-        return parse_status_switches(status);
+        return parse_status(status);
     }
-    let (mut voluntary, mut involuntary, mut seen) = (0, 0, 0);
+    let mut sum: Option<StatusFields> = None;
     for thread in fs::read_dir(paths.get(dir, &["task"])).ok()?.flatten() {
         let tid = thread.file_name();
         let Some(tid) = tid.to_str() else {
@@ -258,13 +312,14 @@ fn switches(
         if read_into(paths.get(dir, &["task", tid, "status"]), status).is_err() {
             continue;
         }
-        if let Some((v, i)) = parse_status_switches(status) {
-            voluntary += v;
-            involuntary += i;
-            seen += 1;
+        if let Some(thread) = parse_status(status) {
+            let total = sum.get_or_insert_with(StatusFields::default);
+            total.voluntary_switches += thread.voluntary_switches;
+            total.involuntary_switches += thread.involuntary_switches;
+            total.rss_peak_bytes = total.rss_peak_bytes.max(thread.rss_peak_bytes);
         }
     }
-    (seen > 0).then_some((voluntary, involuntary))
+    sum
 }
 
 #[cfg(test)]
@@ -286,9 +341,10 @@ mod tests {
         fs::write(path, text).unwrap();
     }
 
-    fn status(voluntary: i64, involuntary: i64) -> String {
+    fn status(voluntary: i64, involuntary: i64, peak_kb: Option<i64>) -> String {
+        let peak = peak_kb.map_or(String::new(), |kb| format!("VmHWM:\t{kb:>8} kB\n"));
         format!(
-            "Name:\tx\nState:\tS (sleeping)\nThreads:\t1\n\
+            "Name:\tx\nState:\tS (sleeping)\nThreads:\t1\n{peak}\
              voluntary_ctxt_switches:\t{voluntary}\nnonvoluntary_ctxt_switches:\t{involuntary}\n"
         )
     }
@@ -322,9 +378,9 @@ mod tests {
             "42 (my (odd) name) S 7 42 42 0 -1 4194304 1000 5 3 0 150 25 0 0 20 0 2 0 12345 8192000 10 \
              18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
         );
-        write(&p, "42/status", &status(1, 2));
-        write(&p, "42/task/42/status", &status(1, 2));
-        write(&p, "42/task/43/status", &status(10, 20));
+        write(&p, "42/status", &status(1, 2, Some(120)));
+        write(&p, "42/task/42/status", &status(1, 2, Some(120)));
+        write(&p, "42/task/43/status", &status(10, 20, Some(120)));
         write(
             &p,
             "42/io",
@@ -341,8 +397,8 @@ mod tests {
             "7/stat",
             "7 (worker) x) R 1 7 7 0 -1 0 11 0 0 0 3 4 0 0 20 0 1 0 99 0 0 18446744073709551615\n",
         );
-        write(&p, "7/status", &status(5, 6));
-        write(&p, "7/task/7/status", &status(5, 6));
+        write(&p, "7/status", &status(5, 6, None));
+        write(&p, "7/task/7/status", &status(5, 6, None));
         write(&p, "7/cgroup", "4:memory:/old\n");
         // Gone between listing and reading: a stat but no status.
         write(
@@ -355,12 +411,12 @@ mod tests {
         let mut rows = TaskStatRows::new();
         assert_eq!(reader.snapshot(1_000, &mut rows), 2);
         let expected = [
-            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+",
-            "| pid | comm          | state | utime_ns   | stime_ns  | minflt | majflt | rss_bytes | vsize_bytes | threads | nvcsw | nivcsw | read_bytes | write_bytes | cgroup                    | ppid | start_time_ns |",
-            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+",
-            "| 7   | worker) x     | R     | 30000000   | 40000000  | 11     | 0      | 0         | 0           | 1       | 5     | 6      |            |             |                           | 1    | 990000000     |",
-            "| 42  | my (odd) name | S     | 1500000000 | 250000000 | 1000   | 3      | 40960     | 8192000     | 2       | 11    | 22     | 4096       | 8192        | /system.slice/app.service | 7    | 123450000000  |",
-            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+",
+            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+----------------+",
+            "| pid | comm          | state | utime_ns   | stime_ns  | minflt | majflt | rss_bytes | vsize_bytes | threads | nvcsw | nivcsw | read_bytes | write_bytes | cgroup                    | ppid | start_time_ns | rss_peak_bytes |",
+            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+----------------+",
+            "| 7   | worker) x     | R     | 30000000   | 40000000  | 11     | 0      | 0         | 0           | 1       | 5     | 6      |            |             |                           | 1    | 990000000     |                |",
+            "| 42  | my (odd) name | S     | 1500000000 | 250000000 | 1000   | 3      | 40960     | 8192000     | 2       | 11    | 22     | 4096       | 8192        | /system.slice/app.service | 7    | 123450000000  | 122880         |",
+            "+-----+---------------+-------+------------+-----------+--------+--------+-----------+-------------+---------+-------+--------+------------+-------------+---------------------------+------+---------------+----------------+",
         ];
         assert_eq!(table(&rows.finish()), expected);
         // The buffers are reused: a second snapshot gives the same rows.
@@ -384,14 +440,52 @@ mod tests {
     }
 
     #[test]
+    fn cpu_time_splits_like_the_kernels_cputime_adjust() {
+        for (utime, stime, runtime, prev, split) in [
+            // In proportion of the ticks, all of the exact run time.
+            (3, 1, 1_000, (0, 0), (750, 250)),
+            (0, 5, 1_000, (0, 0), (0, 1_000)),
+            (5, 0, 1_000, (0, 0), (1_000, 0)),
+            (0, 0, 1_000, (0, 0), (1_000, 0)),
+            // Never below what was reported before...
+            (1, 1, 1_000, (100, 600), (400, 600)),
+            (1, 3, 1_000, (500, 100), (500, 500)),
+            // ...and when the run time has not grown past it, that split stays.
+            (1, 1, 1_000, (700, 300), (700, 300)),
+            (1, 1, 1_000, (800, 300), (800, 300)),
+        ] {
+            assert_eq!(
+                split_cputime(utime, stime, runtime, prev),
+                split,
+                "utime {utime} stime {stime} runtime {runtime} prev {prev:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn boot_times_round_down_to_the_tick() {
+        assert_eq!(boot_ns_to_tick(123_456_789_012, 100), 123_450_000_000);
+        assert_eq!(boot_ns_to_tick(9_999_999, 100), 0);
+        assert_eq!(boot_ns_to_tick(10_000_000, 100), 10_000_000);
+    }
+
+    #[test]
     fn parses_the_files_pieces() {
         assert_eq!(parse_stat("1 (x) S 0 1"), None, "too few fields");
         assert_eq!(parse_io(b"read_bytes: 1\n"), None);
         assert_eq!(parse_cgroup(b"0::/\n"), Some("/"));
         assert_eq!(parse_cgroup(b"1:cpu:/a\n"), None);
         assert_eq!(
-            parse_status_switches(&status(3, 4).into_bytes()),
-            Some((3, 4))
+            parse_status(&status(3, 4, Some(2)).into_bytes()),
+            Some(StatusFields {
+                voluntary_switches: 3,
+                involuntary_switches: 4,
+                rss_peak_bytes: Some(2048),
+            })
+        );
+        assert_eq!(
+            parse_status(b"VmHWM:\t 1 kB\nvoluntary_ctxt_switches:\t1\n"),
+            None
         );
     }
 
@@ -447,6 +541,7 @@ mod tests {
             "ppid"
         );
         assert!(int64(17) > 0, "start time");
+        assert!(int64(18) >= int64(8), "the RSS peak is at least the RSS");
         assert!(!batch.column(13).is_null(row), "root reads its own io");
     }
 }

@@ -257,28 +257,32 @@ pub static TASK_STAT: Table = Table {
     name: "task_stat",
     group: "tasks",
     doc: "A snapshot of every process every `--task-interval`, read from /proc/<pid>/{stat,status,io,cgroup}: atop's \
-          process list without tracing anything. Cumulative columns (times, faults, switches, I/O) grow over a process's \
-          life; the delta between two snapshots of the same `pid` (and `start_time_ns`) is its activity in between.",
+          process list. Cumulative columns (times, faults, switches, I/O) grow over a process's \
+          life; the delta between two rows of the same `pid` (and `start_time_ns`) is its activity in between. \
+          When a process ends, one more row (state `X`) holds its final counters, every thread's included, taken in the \
+          kernel as it is reaped (`sched:sched_process_free`), so a process that lived between two snapshots has its \
+          totals too: it started from zero at `start_time_ns`.",
     sort_key: &["pid", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the snapshot was taken."),
         col("pid", Int32, "", "Process (kernel tgid)."),
         col("comm", Name, "", "Process name."),
-        col("state", Name, "", "State letter from /proc/<pid>/stat (`R`, `S`, `D`, `Z`, ...)."),
-        col("utime_ns", Int64, "ns", "CPU time in user mode, all threads, cumulative."),
-        col("stime_ns", Int64, "ns", "CPU time in kernel mode, all threads, cumulative."),
+        col("state", Name, "", "State letter from /proc/<pid>/stat (`R`, `S`, `D`, `Z`, ...); `X` on the row of a process's final counters."),
+        col("utime_ns", Int64, "ns", "CPU time in user mode, all threads, cumulative: /proc's figure, to its tick in snapshots, to the ns in a final row (split from the exact run time as /proc splits it)."),
+        col("stime_ns", Int64, "ns", "CPU time in kernel mode, all threads, cumulative (see `utime_ns`)."),
         col("minflt", Int64, "faults", "Minor page faults, all threads, cumulative."),
         col("majflt", Int64, "faults", "Major page faults (needed I/O), all threads, cumulative."),
-        col("rss_bytes", Int64, "bytes", "Resident memory."),
+        col("rss_bytes", Int64, "bytes", "Resident memory (0 in a final row: the memory is gone)."),
         col("vsize_bytes", Int64, "bytes", "Virtual memory size."),
         col("threads", Int32, "", "Number of threads."),
-        col("nvcsw", Int64, "switches", "Voluntary context switches, summed over the live threads, cumulative."),
-        col("nivcsw", Int64, "switches", "Involuntary context switches, summed over the live threads, cumulative."),
+        col("nvcsw", Int64, "switches", "Voluntary context switches, cumulative: summed over the live threads in a snapshot (/proc keeps no total of the threads that ended), over every thread in a final row."),
+        col("nivcsw", Int64, "switches", "Involuntary context switches, cumulative, counted like `nvcsw`."),
         nullable("read_bytes", Int64, "bytes", "Bytes read from storage (/proc/<pid>/io), cumulative; null where unreadable."),
         nullable("write_bytes", Int64, "bytes", "Bytes written to storage, cumulative; null where unreadable."),
         nullable("cgroup", Text, "", "The cgroup v2 path (/proc/<pid>/cgroup)."),
         col("ppid", Int32, "", "Parent process."),
-        col("start_time_ns", Int64, "ns since boot", "When the process started, so a reused pid is told apart."),
+        col("start_time_ns", Int64, "ns since boot", "When the process started, to /proc's tick, so a reused pid is told apart."),
+        nullable("rss_peak_bytes", Int64, "bytes", "Resident memory high-water mark: `VmHWM` of /proc/<pid>/status in a snapshot, the kernel's `maxrss` (what getrusage reports) in a final row; null for kernel threads."),
     ],
 };
 

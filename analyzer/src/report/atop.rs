@@ -8,8 +8,12 @@
 //!   one per CPU; busy is every kind of tick but idle and iowait, as a % of
 //!   all ticks (`guest` and `guest_nice` are left out: the kernel already
 //!   counts them in `user` and `nice`);
-//! - `process`: the top `--top` processes by CPU, as a % of ONE CPU (two
-//!   full cores are 200%), over the process's own two bounding snapshots.
+//! - `process`: the top `--top` processes by CPU time used in the interval,
+//!   as atop sorts them; CPU as a % of ONE CPU (two full cores are 200%),
+//!   over the process's own two bounding snapshots.
+//!   A process started during the recording counts from zero at its start,
+//!   and its final row (taken as it ends) bounds its last interval, so one
+//!   that lived between two snapshots has its line, as in atop.
 //!
 //! Every amount follows the bounding-sample rule of [`super::Deltas`];
 //! memory is `meminfo` at the last sample in the interval. `lost` on every
@@ -262,7 +266,7 @@ process AS (  -- CPU as a % of one CPU, ranked per interval
     (minflt + majflt) / seconds AS faults_s,
     csw / seconds AS csw_s,
     rss_bytes,
-    row_number() OVER (PARTITION BY {h}interval_start ORDER BY cpu_ns / seconds DESC, pid) AS rank
+    row_number() OVER (PARTITION BY {h}interval_start ORDER BY cpu_ns DESC, pid) AS rank
   FROM task_delta
   WHERE seconds > 0
 ),
@@ -278,7 +282,7 @@ FROM r LEFT JOIN lost l ON {lost_join}
 WHERE {interval_bounds}
 ORDER BY {order_host}r.interval_start,
   CASE r.kind WHEN 'system' THEN 0 WHEN 'cpu' THEN 1 ELSE 2 END,
-  TRY_CAST(substr(r.cpu, 4) AS INT) NULLS FIRST, r.cpu_pct DESC, r.pid",
+  TRY_CAST(substr(r.cpu, 4) AS INT) NULLS FIRST, r.cpu_pct * r.seconds DESC, r.pid",
         counter_deltas = counter_deltas(env, &filter),
         task_deltas = task_deltas(env),
         lost = env.lost_cte(),

@@ -4,7 +4,10 @@
 //!
 //! Each recorded fault stands for `fault_sample` faults (recording.json,
 //! per session), so `faults` is an estimate when sampling was on and
-//! `recorded` is the raw row count. Rates divide by the interval's length.
+//! `recorded` is the raw row count. Event rates divide by the interval's
+//! length, `task_stat` rates by the process's own bounding samples (its
+//! life, for one born or gone in the interval); processes rank by faults in
+//! the interval.
 //! The most faulted 2 MiB-aligned region of each process is shown; what is
 //! mapped there is `unknown`, since no memory maps are recorded (yet).
 
@@ -122,7 +125,7 @@ by_region AS (  -- {region_mib} MiB-aligned address regions, the most faulted fi
   )
 ),
 task AS (  -- the cross-check: minflt and majflt from the process snapshots
-  SELECT {h}interval_start, pid, max(comm) AS comm,
+  SELECT {h}interval_start, pid, max(comm) AS comm, sum(minflt + majflt) AS task_faults,
     sum(minflt / seconds) AS minflt_s, sum(majflt / seconds) AS majflt_s
   FROM task_delta
   WHERE seconds > 0
@@ -137,12 +140,13 @@ cmdline AS (  -- the last command line known of each pid
 r AS (  -- faulting processes, ranked per interval
   SELECT *, row_number() OVER (
       PARTITION BY {h}interval_start
-      ORDER BY COALESCE(faults_s, minflt_s + majflt_s) DESC, pid) AS rank
+      -- by amount: a process that lived 50 ms has a high rate, and few faults
+      ORDER BY COALESCE(faults, task_faults) DESC, pid) AS rank
   FROM (
     SELECT {joined_host}COALESCE(p.interval_start, t.interval_start) AS interval_start,
       COALESCE(p.pid, t.pid) AS pid, COALESCE(p.comm, t.comm) AS comm,
       p.faults, p.faults / {seconds:?} AS faults_s, p.kernel_faults, p.write_faults, p.recorded,
-      t.minflt_s, t.majflt_s
+      t.minflt_s, t.majflt_s, t.task_faults
     FROM by_process p FULL JOIN task t ON {pt_on}
   )
   WHERE faults > 0 OR minflt_s + majflt_s > 0

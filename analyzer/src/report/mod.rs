@@ -189,8 +189,8 @@ pub struct Env {
     /// Several recordings: every table has a `host` column, every series
     /// and interval is per host.
     pub multi_host: bool,
-    /// `(host label, session start UTC ns, fault_sample)`, one per session.
-    pub fault_samples: Vec<(String, i64, u32)>,
+    /// Every recording session, of every host.
+    pub sessions: Vec<SessionFacts>,
     /// Only this process, where the report supports it.
     pub pid: Option<i32>,
     /// Only this metric, where the report supports it.
@@ -216,13 +216,15 @@ impl Env {
             }
         };
         let hosts = catalog::host_labels(recordings);
-        let fault_samples = recordings
+        let sessions = recordings
             .iter()
             .zip(hosts)
             .flat_map(|(rec, host)| {
-                rec.meta.sessions.iter().map(move |s| {
-                    let start = parse_time(&s.started).unwrap_or(i64::MIN);
-                    (host.clone(), start, s.fault_sample.max(1))
+                rec.meta.sessions.iter().map(move |s| SessionFacts {
+                    host: host.clone(),
+                    start: parse_time(&s.started).unwrap_or(i64::MIN),
+                    fault_sample: s.fault_sample.max(1),
+                    boot_offset: s.clock_offsets.first().map(|o| o.offset_ns),
                 })
             })
             .collect();
@@ -232,7 +234,7 @@ impl Env {
             to,
             top: options.top,
             multi_host: recordings.len() > 1,
-            fault_samples,
+            sessions,
             pid: options.pid,
             metric: options.metric.clone(),
             indexed: recordings.iter().all(Recording::indexed),
@@ -302,7 +304,7 @@ impl Env {
             "SELECT {h}interval_start, pid, {comm}, sum(least(e, b_end) - greatest(b, b_start)) AS ns
   FROM (
     SELECT {h}pid, tid, comm, b, e, k * {s} AS b_start, (k + 1) * {s} AS b_end,
-      arrow_cast(k * {s}, 'Timestamp(Nanosecond, Some(\"UTC\"))') AS interval_start
+      {bin_start} AS interval_start
     FROM (
       SELECT {h}pid, tid, comm, b, e, unnest(range(b / {s}, (e - 1) / {s} + 1)) AS k
       FROM (SELECT {h}pid, tid, comm, CAST(ts AS BIGINT) AS b, CAST({view_end} AS BIGINT) AS e
@@ -312,6 +314,7 @@ impl Env {
   WHERE {bounds}
   GROUP BY {h}interval_start, pid",
             s = step.ns(),
+            bin_start = ns_as_timestamp(&format!("k * {}", step.ns())),
             from = self.paired(view),
             overlap = overlap.join(" AND "),
             bounds = bins("interval_start"),
@@ -411,27 +414,76 @@ impl Env {
     /// How many faults one `page_fault` row stands for: `fault_sample` of
     /// the session the row was recorded in (a literal when all agree).
     pub fn fault_weight(&self, ts: &str) -> String {
-        let first = self.fault_samples.first().map_or(1, |s| s.2);
-        if self.fault_samples.iter().all(|s| s.2 == first) {
+        let first = self.sessions.first().map_or(1, |s| s.fault_sample);
+        if self.sessions.iter().all(|s| s.fault_sample == first) {
             return first.to_string();
         }
-        let mut sessions = self.fault_samples.clone();
-        sessions.sort_by_key(|s| std::cmp::Reverse(s.1));
+        self.per_session(ts, "1", |s| s.fault_sample.to_string())
+    }
+
+    /// When a process that a row of `task_stat` is about started, as UTC
+    /// ns, if that was after the recording session of the row began and
+    /// after the earliest sample read (so every sample of it since is read,
+    /// and its counters grew from zero in them); else NULL. `start` is the
+    /// row's boot-clock start time (`start_time_ns`).
+    pub fn born_in_session(&self, ts: &str, start: &str) -> String {
+        let first_read = self
+            .from
+            .map(|from| self.interval.align(from).saturating_sub(LOOKBACK_NS));
+        self.per_session(ts, "NULL", |s| match s.boot_offset {
+            Some(offset) => format!(
+                "CASE WHEN {start} + {offset} >= {begin} THEN {start} + {offset} END",
+                begin = first_read.map_or(s.start, |first| first.max(s.start))
+            ),
+            None => "NULL".into(),
+        })
+    }
+
+    /// A SQL expression that is `value(session)` for the session a row at
+    /// time `ts` (of its host) was recorded in, `before` for a row older
+    /// than every session.
+    fn per_session(
+        &self,
+        ts: &str,
+        before: &str,
+        value: impl Fn(&SessionFacts) -> String,
+    ) -> String {
+        let mut sessions: Vec<&SessionFacts> = self.sessions.iter().collect();
+        sessions.sort_by_key(|s| std::cmp::Reverse(s.start));
         let mut case = String::from("CASE");
-        for (host, start, sample) in sessions {
+        for session in sessions {
             let host = if self.multi_host {
-                format!("host = '{}' AND ", host.replace('\'', "''"))
+                format!("host = '{}' AND ", session.host.replace('\'', "''"))
             } else {
                 String::new()
             };
             case.push_str(&format!(
-                " WHEN {host}{ts} >= {} THEN {sample}",
-                timestamp(start)
+                " WHEN {host}{ts} >= {} THEN {}",
+                timestamp(session.start),
+                value(session)
             ));
         }
-        case.push_str(" ELSE 1 END");
+        case.push_str(&format!(" ELSE {before} END"));
         case
     }
+}
+
+/// What a report needs to know of one recording session.
+#[derive(Clone, Debug)]
+pub struct SessionFacts {
+    /// The host label of its recording.
+    pub host: String,
+    /// When the recorder started, UTC ns.
+    pub start: i64,
+    /// One page fault in this many was recorded.
+    pub fault_sample: u32,
+    /// UTC minus the boot clock, ns, as first measured in the session.
+    pub boot_offset: Option<i64>,
+}
+
+/// A SQL expression of UTC ns as a timestamp like the tables' `ts`.
+pub fn ns_as_timestamp(ns: &str) -> String {
+    format!("arrow_cast({ns}, 'Timestamp(Nanosecond, Some(\"UTC\"))')")
 }
 
 /// A `TIMESTAMP '...'` literal of UTC ns.
@@ -460,6 +512,11 @@ pub struct Deltas<'a> {
     pub gauges: &'a [(&'a str, &'a str)],
     /// Which rows of `table`.
     pub filter: &'a str,
+    /// For a series whose counters started at zero during the recording:
+    /// an expression giving that moment as UTC ns (NULL otherwise). Its
+    /// first sample then counts from zero at that moment instead of
+    /// counting nothing.
+    pub born: Option<String>,
     /// A comment on the step CTE.
     pub doc: &'a str,
 }
@@ -471,9 +528,16 @@ impl Deltas<'_> {
         let name = self.name;
         let mut step_cols = String::new();
         let mut sums = String::new();
+        let (from_zero, prev_ts) = match &self.born {
+            Some(born) => (
+                format!("CASE WHEN {born} IS NOT NULL THEN 0 END"),
+                format!("coalesce(lag(ts) OVER series, {})", ns_as_timestamp(born)),
+            ),
+            None => ("NULL".to_string(), "lag(ts) OVER series".to_string()),
+        };
         for (col, expr) in self.counters {
             step_cols.push_str(&format!(
-                ",\n    greatest({expr} - lag({expr}) OVER series, 0) AS {col}"
+                ",\n    greatest({expr} - coalesce(lag({expr}) OVER series, {from_zero}), 0) AS {col}"
             ));
             sums.push_str(&format!(",\n    sum({col}) AS {col}"));
         }
@@ -484,7 +548,7 @@ impl Deltas<'_> {
         format!(
             "{name}_step AS (  -- {doc}: each sample minus the one before it
   SELECT {h}{keys}, ts, {bin} AS interval_start,
-    lag(ts) OVER series AS prev_ts{step_cols}
+    {prev_ts} AS prev_ts{step_cols}
   FROM {table}
   WHERE ({filter}) AND {bounds}
   WINDOW series AS (PARTITION BY {h}{keys} ORDER BY ts)
@@ -525,6 +589,7 @@ pub fn counter_deltas(env: &Env, filter: &str) -> String {
         counters: &[("delta", "value")],
         gauges: &[("last", "value")],
         filter,
+        born: None,
         doc: "system counters",
     }
     .sql(env)
@@ -533,7 +598,10 @@ pub fn counter_deltas(env: &Env, filter: &str) -> String {
 /// `task_delta` (and `task_delta_step`): per process and interval, CPU time
 /// (`cpu_ns`), faults (`minflt`, `majflt`) and context switches (`csw`), and
 /// `comm` and `rss_bytes` at the interval's end. A process is its `pid` and
-/// `start_time_ns`, so a reused pid starts a new series.
+/// `start_time_ns`, so a reused pid starts a new series. A process started
+/// after its recording session began counts from zero at its start, so one
+/// that lived between two snapshots (and has only its final row) has its
+/// line, as in atop.
 pub fn task_deltas(env: &Env) -> String {
     Deltas {
         name: "task_delta",
@@ -550,6 +618,7 @@ pub fn task_deltas(env: &Env) -> String {
             ("rss_bytes", "rss_bytes"),
         ],
         filter: "TRUE",
+        born: Some(env.born_in_session("ts", "start_time_ns")),
         doc: "process snapshots",
     }
     .sql(env)

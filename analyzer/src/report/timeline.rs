@@ -148,7 +148,9 @@ process_offcpu AS (  -- uninterruptible (D) off-CPU time per process
 ),
 {task_deltas},
 process_faults AS (  -- minor and major faults per process (task_stat snapshots)
-  SELECT {h}interval_start, pid, max(comm) AS comm, sum(minflt + majflt) / max(seconds) AS value
+  SELECT {h}interval_start, pid, max(comm) AS comm,
+    -- over the bin at least: a process that lived 50 ms is not 50 ms of faulting at its rate
+    sum(minflt + majflt) / greatest(max(seconds), {step_seconds:?}) AS value
   FROM task_delta WHERE seconds > 0 AND {interval_bounds}
   GROUP BY {h}interval_start, pid
 ),
@@ -179,6 +181,7 @@ ORDER BY {h}interval_start, metric, pid",
         ticks = quoted(CPU_TICKS),
         psi = quoted(PSI),
         iv_ns = env.interval.ns(),
+        step_seconds = env.interval.ns() as f64 / 1e9,
         task_deltas = task_deltas(env),
         interval_bounds = env.interval_bounds("interval_start"),
         lost = env.lost_cte(),

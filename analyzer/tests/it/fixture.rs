@@ -24,6 +24,9 @@ use tempfile::TempDir;
 
 /// 2023-11-14T22:13:20Z, the start of every fixture.
 pub const BASE_NS: i64 = 1_700_000_000_000_000_000;
+/// Boot-clock time at `BASE_NS`: process start times below it are before
+/// the recording.
+pub const BOOTED_BEFORE_NS: i64 = 100_000_000_000;
 
 /// `BASE_NS` plus `ms` milliseconds.
 pub fn t(ms: i64) -> i64 {
@@ -112,9 +115,10 @@ pub fn meta(host: &str) -> RecordingMeta {
             command_line: vec!["hindsight-record".into()],
             events: vec!["sched".into()],
             chunk_ns: 60_000_000_000,
+            // The machine booted 100 s before the recording started.
             clock_offsets: vec![ClockOffset {
-                at_boot_ns: 0,
-                offset_ns: BASE_NS,
+                at_boot_ns: BOOTED_BEFORE_NS as u64,
+                offset_ns: BASE_NS - BOOTED_BEFORE_NS,
             }],
             skipped_probes: vec!["sched:sched_stick_numa".into()],
             ..Default::default()

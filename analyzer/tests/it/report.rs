@@ -32,9 +32,12 @@ fn pgfault_step(k: i64) -> i64 {
 /// CPU ticks a second: cpu0 user 60, system 20, idle 15, iowait 5 (and
 /// guest 30, which the kernel already counts in user); cpu1 user 10, idle
 /// 90. Processes: 100 burns one core, 200 sleeps (0.1 %), 300 starts at
-/// 25 s and burns two cores, 400 burns half a core and is gone after 25 s,
-/// 500 is two processes: 10 % until 15 s, then (a new start time, far
-/// smaller cumulative times) 30 % from 25 s.
+/// 22.5 s and burns two cores, 400 burns half a core and is gone after 25 s,
+/// 500 is two processes: 10 % until 15 s, then (a new start at 23 s, far
+/// smaller cumulative times) 30 % from 25 s; 600 lives from 41 s to 42.5 s,
+/// between two snapshots, and has only its final row (state `X`): 1.2 s of
+/// CPU. The ones that start during the recording count from zero at their
+/// start.
 pub fn atop_recording(fx: &Fixture) -> Rec {
     atop_recording_of(fx, "rec", "web1")
 }
@@ -97,8 +100,16 @@ pub fn atop_recording_of(fx: &Fixture, name: &str, host: &str) -> Rec {
         p(100, "burner", 1, 10 * s * j, 1000 + 200 * j, 100 * j);
         p(200, "sleeper", 2, s / 100 * j, 0, 100 * j);
         if j >= 2 {
-            p(300, "late", 24 * s, 5 * s + 20 * s * (j - 2), 0, 0);
-            p(500, "reused", 23 * s, 3 * s * (j - 2), 0, 0);
+            let booted = crate::fixture::BOOTED_BEFORE_NS;
+            p(
+                300,
+                "late",
+                booted + 22 * s + s / 2,
+                5 * s + 20 * s * (j - 2),
+                0,
+                0,
+            );
+            p(500, "reused", booted + 23 * s, 3 * s * (j - 2), 0, 0);
         } else {
             p(500, "old", 3, 1000 * s + s * j, 0, 0);
         }
@@ -106,6 +117,10 @@ pub fn atop_recording_of(fx: &Fixture, name: &str, host: &str) -> Rec {
             p(400, "gone", 4, 5 * s * j, 0, 0);
         }
     }
+    tasks.push(json!({"ts": t(42_500), "pid": 600, "comm": "brief", "state": "X",
+        "utime_ns": 1_000_000_000, "stime_ns": 200_000_000, "minflt": 300, "majflt": 0,
+        "rss_bytes": 0, "vsize_bytes": 0, "threads": 0, "nvcsw": 3, "nivcsw": 0, "ppid": 1,
+        "start_time_ns": crate::fixture::BOOTED_BEFORE_NS + 41_000_000_000i64, "rss_peak_bytes": 8 << 20}));
     rec.chunk(&TASK_STAT, CHUNK, &tasks);
     rec.chunk(
         &LOSS,
@@ -249,6 +264,25 @@ fn atop_ten_seconds_exact() {
         assert_eq!(*pid, want_pid);
         assert!(close(*got, want), "{pid}: {got}");
     }
+    // A process started during the recording counts from zero at its
+    // start: the late one from 22.5 s, and the brief one, seen only in its
+    // final row, over its 1.5 s of life.
+    let late = rows(&all, "process", 20_000)
+        .into_iter()
+        .find(|r| r["pid"] == 300)
+        .expect("the late process from its start");
+    assert_eq!(late["sample_from"], "2023-11-14T22:13:42.500Z");
+    assert_close(late, "cpu_pct", 200.0);
+    let brief = rows(&all, "process", 40_000)
+        .into_iter()
+        .find(|r| r["pid"] == 600)
+        .expect("a line for the process that lived between two snapshots");
+    assert_eq!(brief["comm"], "brief");
+    assert_eq!(brief["sample_from"], "2023-11-14T22:14:01Z");
+    assert_close(brief, "seconds", 1.5);
+    assert_close(brief, "cpu_pct", 80.0);
+    assert_close(brief, "faults_s", 200.0);
+    assert_close(brief, "csw_s", 2.0);
     // Nothing negative or absurd anywhere.
     for r in all.iter().filter(|r| r["kind"] == "process") {
         let cpu = f(r, "cpu_pct");
@@ -304,11 +338,13 @@ fn atop_any_interval_length() {
     assert_eq!(s["lost"], 7);
     assert_close(rows(&all, "cpu", -20_000)[0], "busy_pct", 45.0);
     let cpu = cpu_by_pid(&rows(&all, "process", -20_000));
+    // Most CPU time first, as atop sorts: the burner's 30 s before the late
+    // one's 25 s (at twice the rate, over half the time).
     let want = [
-        (300, 200.0),
         (100, 100.0),
+        (300, 200.0),
         (400, 50.0),
-        (500, 30.0),
+        (500, 25.0),
         (500, 10.0),
         (200, 0.1),
     ];
@@ -323,7 +359,7 @@ fn atop_any_interval_length() {
     let ctxt: i64 = (40..61).map(ctxt_step).sum();
     assert_close(s, "ctxt_s", ctxt as f64 / 21.0);
     let cpu = cpu_by_pid(&rows(&all, "process", 40_000));
-    assert_eq!(cpu.len(), 4, "{cpu:?}");
+    assert_eq!(cpu.len(), 5, "the brief one too: {cpu:?}");
 
     // 3 s over 1 s samples: [10 s, 13 s) (a multiple of 3 s since the
     // epoch) spans 9.5 s .. 12.5 s.
@@ -338,26 +374,33 @@ fn atop_any_interval_length() {
 /// The atop figures, computed independently with DuckDB from the same
 /// Parquet files: for each series and interval [b, b + iv) holding one of
 /// its samples, the last sample before b + iv minus the last sample before
-/// b (or, for a series starting in the interval, its first sample).
+/// b; for a series starting in the interval, minus zero at the process's
+/// start if it started after the recording did (its start time converted
+/// with the session's clock offset), else minus its first sample.
 const DUCKDB_ATOP: &str = r#"
 import duckdb, json, sys
-rec, iv = sys.argv[1], int(sys.argv[2])
+rec, iv, session_start, offset = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 con = duckdb.connect()
 con.sql(f"""CREATE VIEW counters AS SELECT source || '/' || name || '/' || coalesce(scope, 'all') AS series,
-    epoch_ns(ts) AS t, value AS v FROM read_parquet('{rec}/counter/*.parquet')""")
+    epoch_ns(ts) AS t, value AS v, NULL::BIGINT AS born FROM read_parquet('{rec}/counter/*.parquet')""")
 for col, expr in [("cpu", "utime_ns + stime_ns"), ("faults", "minflt + majflt"), ("csw", "nvcsw + nivcsw")]:
     con.sql(f"""CREATE VIEW task_{col} AS SELECT pid || '/' || start_time_ns AS series, pid,
-        epoch_ns(ts) AS t, {expr} AS v FROM read_parquet('{rec}/task_stat/*.parquet')""")
+        epoch_ns(ts) AS t, {expr} AS v,
+        CASE WHEN start_time_ns + {offset} >= {session_start} THEN start_time_ns + {offset} END AS born
+        FROM read_parquet('{rec}/task_stat/*.parquet')""")
 
 def bounds(view):
     q = f"""
     WITH ends AS (
-      SELECT series, (t // {iv}) * {iv} AS b, arg_max(v, t) AS v1, max(t) AS t1 FROM {view} GROUP BY series, b
+      SELECT series, (t // {iv}) * {iv} AS b, arg_max(v, t) AS v1, max(t) AS t1, any_value(born) AS born
+      FROM {view} GROUP BY series, b
     )
     SELECT e.series, e.b, e.v1, e.t1,
       coalesce((SELECT arg_max(v, t) FROM {view} s WHERE s.series = e.series AND s.t < e.b),
+               CASE WHEN e.born IS NOT NULL THEN 0 END,
                (SELECT arg_min(v, t) FROM {view} s WHERE s.series = e.series AND s.t >= e.b)) AS v0,
       coalesce((SELECT max(t) FROM {view} s WHERE s.series = e.series AND s.t < e.b),
+               e.born,
                (SELECT min(t) FROM {view} s WHERE s.series = e.series AND s.t >= e.b)) AS t0
     FROM ends e"""
     return {(s, b): (v0, t0, v1, t1) for s, b, v1, t1, v0, t0 in duckdb.sql(q, connection=con).fetchall()}
@@ -415,6 +458,8 @@ fn atop_deltas_equal_duckdb_for_every_interval() {
             .args(["-c", DUCKDB_ATOP])
             .arg(&rec.dir)
             .arg(ns.to_string())
+            .arg(crate::fixture::BASE_NS.to_string())
+            .arg((crate::fixture::BASE_NS - crate::fixture::BOOTED_BEFORE_NS).to_string())
             .output()
             .expect("python3 with duckdb");
         assert!(out.status.success(), "{}", stderr(&out));

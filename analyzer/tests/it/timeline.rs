@@ -284,7 +284,7 @@ fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> 
         to: None,
         top: 5,
         multi_host: false,
-        fault_samples: Vec::new(),
+        sessions: Vec::new(),
         pid: None,
         metric: None,
         indexed,

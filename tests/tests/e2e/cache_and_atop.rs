@@ -1,6 +1,6 @@
 use std::{fs, io::Write, thread, time::Duration};
 
-use crate::fixture::{bin, load, quiet, run, shared, sql, Recorder, Scratch};
+use crate::fixture::{bin, load, load_reaped, quiet, run, shared, sql, Recorder, Scratch};
 
 /// Reading a file that is not in the page cache shows about one miss per
 /// page for the reader; reading it again shows hits and almost no misses.
@@ -138,5 +138,106 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
     assert!(
         total_busy.iter().any(|b| *b >= 45.0),
         "one of two CPUs burning: {total_busy:?}"
+    );
+}
+
+/// `report atop`'s process lines of a recording at `interval`, as JSON rows.
+fn atop_process_rows(rec: &std::path::Path, interval: &str) -> Vec<serde_json::Value> {
+    let out = run(std::process::Command::new(bin("hindsight"))
+        .arg("report")
+        .arg("atop")
+        .arg(rec)
+        .args([
+            "--interval",
+            interval,
+            "--top",
+            "100000",
+            "--format",
+            "json",
+        ]));
+    assert!(
+        out.status.success(),
+        "report atop failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "process")
+        .collect()
+}
+
+/// Processes that start and end within a task interval (and one that spans
+/// a snapshot or two) each have `report atop` lines whose CPU time, faults
+/// and switches add up to the kernel's account of their whole lives: what
+/// their parent's wait4 gets. atop shows such processes too (process
+/// accounting at exit); from /proc snapshots alone they vanish.
+#[test]
+fn processes_that_end_between_snapshots_have_atop_lines_that_add_up() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "counters,tasks", "--task-interval", "3s"],
+    );
+    recorder.keep_on_time();
+    thread::sleep(Duration::from_millis(500));
+    let long = thread::spawn(|| load_reaped(&["burn", "4"]));
+    thread::sleep(Duration::from_millis(500));
+    let short = thread::spawn(|| load_reaped(&["burn", "1"]));
+    thread::sleep(Duration::from_millis(200));
+    // Faults by the thousand and two sleeps, in half a second.
+    let toucher = load_reaped(&["touch", "3000", "200"]);
+    let workloads = [long.join().unwrap(), short.join().unwrap(), toucher];
+    thread::sleep(Duration::from_millis(500));
+    recorder.stop();
+
+    let rows = atop_process_rows(&rec, "3s");
+    for (json, usage) in &workloads {
+        let pid = json["pid"].as_i64().unwrap();
+        let lines: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r["pid"].as_i64() == Some(pid))
+            .collect();
+        assert!(!lines.is_empty(), "no atop line for {json}");
+        // Rates times the seconds they are over give back the amounts.
+        let total = |rate: &str, scale: f64| -> f64 {
+            lines
+                .iter()
+                .map(|r| r[rate].as_f64().unwrap() * r["seconds"].as_f64().unwrap() / scale)
+                .sum()
+        };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        let cpu = secs(usage.ru_utime) + secs(usage.ru_stime);
+        let faults = (usage.ru_minflt + usage.ru_majflt) as f64;
+        let switches = (usage.ru_nvcsw + usage.ru_nivcsw) as f64;
+        let (got_cpu, got_faults, got_switches) = (
+            total("cpu_pct", 100.0),
+            total("faults_s", 1.0),
+            total("csw_s", 1.0),
+        );
+        let what = format!(
+            "{json}: report cpu {got_cpu:.4} s, faults {got_faults:.1}, switches {got_switches:.1}; \
+             wait4 cpu {cpu:.4} s, faults {faults}, switches {switches}; lines {lines:?}"
+        );
+        assert!((got_cpu - cpu).abs() < 0.002, "{what}");
+        assert!((got_faults - faults).abs() < 0.5, "{what}");
+        assert!((got_switches - switches).abs() < 0.5, "{what}");
+    }
+    // The short burner lived a third of an interval: its lines show what
+    // it got of a core over its own life (about all of one), not a third.
+    let (short, _) = &workloads[1];
+    let own =
+        100.0 * short["cpu_seconds"].as_f64().unwrap() / short["wall_seconds"].as_f64().unwrap();
+    let short_lines: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["pid"] == short["pid"])
+        .map(|r| r["cpu_pct"].as_f64().unwrap())
+        .collect();
+    assert!(
+        short_lines.iter().all(|p| (p - own).abs() < 10.0),
+        "short burner CPU % per line: {short_lines:?}, its own {own:.1} %"
     );
 }

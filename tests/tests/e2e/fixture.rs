@@ -243,6 +243,33 @@ pub fn load(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("hs-load prints JSON")
 }
 
+/// Runs hs-load to its end and reaps it with wait4: its JSON, and the
+/// kernel's account of its whole life as its parent gets it (getrusage of
+/// a child), the reference for a process's totals.
+#[allow(clippy::zombie_processes, reason = "reaped by wait4, for its rusage")]
+pub fn load_reaped(args: &[&str]) -> (serde_json::Value, libc::rusage) {
+    let mut child = Command::new(bin("hs-load"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn hs-load");
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: wait4 fills the status and rusage we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "hs-load {args:?} failed: status {status:#x}"
+    );
+    let mut json: serde_json::Value = serde_json::from_slice(&out).expect("hs-load prints JSON");
+    json["pid"] = pid.into();
+    (json, usage)
+}
+
 /// UTC nanoseconds now, the clock recordings use.
 pub fn utc_now_ns() -> i64 {
     std::time::SystemTime::now()

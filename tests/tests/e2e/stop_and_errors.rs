@@ -170,6 +170,41 @@ fn setups_that_cannot_work_are_refused_with_one_clear_line() {
         "nothing is created before the privilege check"
     );
 
+    // Not root, but only /proc to read: it records, and says in one line
+    // what it goes without (the final counters of processes that end).
+    fs::set_permissions(
+        scratch.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let owned = scratch.dir.path().join("nobody-owns");
+    fs::create_dir(&owned).unwrap();
+    std::os::unix::fs::chown(&owned, Some(65534), Some(65534)).unwrap();
+    let rec = owned.join("rec");
+    let out = run(Command::new(bin("hindsight-record"))
+        .arg("-o")
+        .arg(&rec)
+        .args([
+            "--events",
+            "counters,tasks",
+            "--task-interval",
+            "1s",
+            "-d",
+            "1s",
+        ])
+        .uid(65534)
+        .gid(65534));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert!(
+        warnings.len() == 1
+            && warnings[0].contains("needs root")
+            && warnings[0].contains("final counters"),
+        "{stderr}"
+    );
+    assert!(sql_count(&rec, "SELECT count(*) AS n FROM task_stat") > 0);
+
     // A directory that holds other things.
     let foreign = scratch.dir.path().join("foreign");
     fs::create_dir(&foreign).unwrap();
