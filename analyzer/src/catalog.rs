@@ -20,6 +20,9 @@
 //!   tables with a `host` column (Utf8, last, where a `host=<name>/`
 //!   partition column would be) holding [`host_labels`].
 //!
+//! - With `--debug-dir`, `frame` is a view that names, from those debug
+//!   files, the frames the recorder left unnamed (see [`crate::debug_names`]).
+//!
 //! Then every helper view of `hindsight_schemas::VIEWS` (`cpu_time`,
 //! `off_cpu`, `runq_latency`, `counter_rate`) is defined over those tables,
 //! with `host` in its partitions when there are several recordings.
@@ -48,8 +51,9 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
-use hindsight_schemas::{all_tables, journal, layout, VIEWS};
+use hindsight_schemas::{all_tables, journal, layout, tables::FRAME, VIEWS};
 
+use crate::debug_names;
 use crate::recording::{Recording, TableFiles};
 
 /// The name of the column that tells recordings apart when several are open.
@@ -106,7 +110,19 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
         [] => return Err(DataFusionError::Plan("no recording to open".into())),
         [one] => {
             for files in &one.tables {
-                ctx.register_table(files.table.name, table_provider(files)?)?;
+                let provider = table_provider(files)?;
+                if files.table.name == FRAME.name && debug_names::active() {
+                    let plan = LogicalPlanBuilder::scan(
+                        "frame_as_recorded",
+                        provider_as_source(provider),
+                        None,
+                    )?
+                    .build()?;
+                    let named = debug_names::named_frames(plan)?;
+                    ctx.register_table(FRAME.name, Arc::new(ViewTable::new(named, None)))?;
+                } else {
+                    ctx.register_table(files.table.name, provider)?;
+                }
             }
         }
         many => {
@@ -131,7 +147,10 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                         Some(u) => u.union(part)?,
                     });
                 }
-                let plan = union.expect("two or more recordings").build()?;
+                let mut plan = union.expect("two or more recordings").build()?;
+                if table.name == FRAME.name && debug_names::active() {
+                    plan = debug_names::named_frames(plan)?;
+                }
                 ctx.register_table(table.name, Arc::new(ViewTable::new(plan, None)))?;
             }
         }

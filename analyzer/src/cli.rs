@@ -37,6 +37,11 @@ pub struct Cli {
     /// and a query that still does not fit stops with an error naming this limit.
     #[arg(long, global = true, value_name = "SIZE", default_value = "1G", value_parser = parse_memory_limit)]
     pub memory_limit: u64,
+    /// A directory of separate debug files by build id (DIR/.build-id/ab/cdef….debug, as
+    /// /usr/lib/debug holds them or debuginfod fetches them): frames the recorder could not
+    /// name are named from them as they are read; the recording is not changed. Repeatable.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
@@ -604,6 +609,8 @@ pub struct Config {
     pub threads: usize,
     /// Bytes all queries may hold before spilling (`--memory-limit`).
     pub memory_limit: u64,
+    /// Where frames are named from at read time (`--debug-dir`).
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -731,6 +738,7 @@ impl Cli {
                             action: Action::HtmlReport(request),
                             threads,
                             memory_limit: self.memory_limit,
+                            debug_dirs: self.debug_dir.clone(),
                         };
                     }
                 };
@@ -770,6 +778,7 @@ impl Cli {
             action,
             threads,
             memory_limit: self.memory_limit,
+            debug_dirs: self.debug_dir,
         }
     }
 }

@@ -47,6 +47,7 @@ use datafusion::prelude::SessionContext;
 pub mod catalog;
 pub mod chunk_file;
 pub mod cli;
+pub mod debug_names;
 pub mod export;
 pub mod flamegraph;
 pub mod index;
@@ -101,6 +102,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
 
 async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
     catalog::set_memory_limit(config.memory_limit).map_err(catalog::one_line)?;
+    debug_names::set_debug_dirs(config.debug_dirs.clone());
     // Validate every input before the first byte of output.
     match config.action {
         cli::Action::Sql {

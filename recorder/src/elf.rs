@@ -183,10 +183,18 @@ pub fn module_debug_info(module: &Path) -> Option<DebugInfo> {
     Some(separate.map_or(DebugInfo::None, DebugInfo::Separate))
 }
 
-/// The virtual address at which byte `offset` of the ELF file `module` is
-/// loaded, from its `PT_LOAD` program headers: how a frame found by file
-/// offset is looked up in a separate debug file, which holds no code.
-pub fn load_address(module: &Path, offset: u64) -> Option<u64> {
+/// One `PT_LOAD` program header: file bytes `offset..offset + size` load
+/// at `address`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    pub offset: u64,
+    pub size: u64,
+    pub address: u64,
+}
+
+/// The `PT_LOAD` segments of the ELF file `module`; None when it cannot be
+/// read as a 64-bit little-endian ELF file.
+pub fn load_segments(module: &Path) -> Option<Vec<LoadSegment>> {
     const PT_LOAD: u32 = 1;
     let file = File::open(module).ok()?;
     let header = read_at(&file, 0, 64).ok()?;
@@ -202,13 +210,28 @@ pub fn load_address(module: &Path, offset: u64) -> Option<u64> {
         return None;
     }
     let table = read_at(&file, table_offset, count * entry_size).ok()?;
-    (0..count).find_map(|i| {
-        let entry = &table[(i * entry_size) as usize..];
-        let (kind, file_offset) = (u32_at(entry, 0), u64_at(entry, 8));
-        let (vaddr, file_size) = (u64_at(entry, 16), u64_at(entry, 32));
-        (kind == PT_LOAD && file_offset <= offset && offset < file_offset + file_size)
-            .then(|| offset - file_offset + vaddr)
-    })
+    Some(
+        (0..count)
+            .map(|i| &table[(i * entry_size) as usize..])
+            .filter(|entry| u32_at(entry, 0) == PT_LOAD)
+            .map(|entry| LoadSegment {
+                offset: u64_at(entry, 8),
+                address: u64_at(entry, 16),
+                size: u64_at(entry, 32),
+            })
+            .collect(),
+    )
+}
+
+/// The virtual address at which byte `offset` of a module with `segments`
+/// is loaded: how a frame found by file offset is looked up in a separate
+/// debug file, which holds no code (and whose own program headers say
+/// nothing of file offsets).
+pub fn load_address(segments: &[LoadSegment], offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| s.offset <= offset && offset < s.offset + s.size)
+        .map(|s| offset - s.offset + s.address)
 }
 
 #[cfg(test)]
@@ -290,12 +313,13 @@ mod tests {
             .unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        let ours = load_segments(&exe).unwrap();
         let mut segments = 0;
         for line in text.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let (offset, vaddr, size) = (hex(fields[1]), hex(fields[2]), hex(fields[4]));
             if size > 8 {
-                assert_eq!(load_address(&exe, offset + 7), Some(vaddr + 7), "{line}");
+                assert_eq!(load_address(&ours, offset + 7), Some(vaddr + 7), "{line}");
                 segments += 1;
             }
         }

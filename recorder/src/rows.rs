@@ -256,6 +256,7 @@ table_rows! {
     file: StringBuilder = StringBuilder::new(),
     line: Int32Builder = Int32Builder::new(),
     inlined: StringBuilder = StringBuilder::new(),
+    elf_address: UInt64Builder = UInt64Builder::new(),
 }
 
 impl StackRows {

@@ -134,6 +134,8 @@ pub struct FrameRow {
     pub module: Option<String>,
     pub build_id: Option<String>,
     pub file_offset: Option<u64>,
+    /// `file_offset` in the module's own ELF addresses.
+    pub elf_address: Option<u64>,
     /// The process the frame was first seen in (for JIT maps).
     pub pid: u32,
     pub function: Option<String>,
@@ -152,6 +154,7 @@ impl FrameRow {
             module: None,
             build_id: None,
             file_offset: None,
+            elf_address: None,
             pid,
             function: None,
             file: None,
@@ -174,6 +177,7 @@ impl FrameRows {
         self.file.append_option(f.file.as_deref());
         self.line.append_option(f.line.map(|l| l as i32));
         self.inlined.append_option(f.inlined.as_deref());
+        self.elf_address.append_option(f.elf_address);
     }
 }
 

@@ -23,7 +23,7 @@ use blazesym::symbolize::{
 };
 
 use crate::{
-    elf::{load_address, module_debug_info, DebugInfo},
+    elf::{load_address, load_segments, module_debug_info, DebugInfo, LoadSegment},
     procfs::self_resident_bytes,
     stacks::FrameRow,
 };
@@ -115,14 +115,26 @@ enum Naming {
     SeparateSymbols(PathBuf),
 }
 
-/// Fills in what blazesym knows about `offset` in the ELF file `path`.
+/// What is remembered of a module between its frames.
+#[derive(Debug)]
+struct ModuleFacts {
+    naming: Naming,
+    /// Its `PT_LOAD` program headers (empty when unreadable).
+    segments: Vec<LoadSegment>,
+}
+
+/// Fills in what blazesym knows about `offset` in the ELF file `path`, and
+/// where `offset` loads in the module's own addresses (which a debug file
+/// found later is looked up by).
 fn name_user_frame(
     symbolizer: &Symbolizer,
     path: &str,
     offset: u64,
-    naming: &Naming,
+    module: &ModuleFacts,
     row: &mut FrameRow,
 ) {
+    row.elf_address = load_address(&module.segments, offset);
+    let naming = &module.naming;
     let lookup = |file: &Path, dwarf: bool, input: Input<u64>| {
         let mut elf = Elf::new(file);
         elf.debug_syms = dwarf;
@@ -134,7 +146,8 @@ fn name_user_frame(
     let module = Path::new(path);
     let found = match naming {
         Naming::Dwarf => lookup(module, true, Input::FileOffset(offset)),
-        Naming::SeparateSymbols(debug) => load_address(module, offset)
+        Naming::SeparateSymbols(debug) => row
+            .elf_address
             .and_then(|address| lookup(debug, false, Input::VirtOffset(address))),
         Naming::Symbols => None,
     };
@@ -294,7 +307,7 @@ struct Modules {
     symbolizer: Symbolizer,
     open: HashSet<String>,
     /// Per module path: how its frames are named.
-    namings: HashMap<String, Naming>,
+    namings: HashMap<String, ModuleFacts>,
     last_user_frame: Instant,
     /// The recorder's resident bytes just after the last release.
     resident_at_release: u64,
@@ -334,7 +347,9 @@ impl Modules {
                 Some(DebugInfo::Separate(debug)) => Naming::SeparateSymbols(debug),
                 _ => Naming::Symbols,
             };
-            self.namings.insert(path.to_string(), naming);
+            let segments = load_segments(Path::new(path)).unwrap_or_default();
+            self.namings
+                .insert(path.to_string(), ModuleFacts { naming, segments });
         }
         name_user_frame(&self.symbolizer, path, offset, &self.namings[path], row);
         // Idle time counts from the end of the work: parsing a large module

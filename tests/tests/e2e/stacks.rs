@@ -12,7 +12,7 @@ use arrow::{
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::fixture::{bin, quiet, run, sql, Recorder, Scratch};
+use crate::fixture::{bin, quiet, run, shared, sql, Recorder, Scratch};
 
 const FREQUENCY: u32 = 499;
 
@@ -245,4 +245,102 @@ fn stacks_of_a_process_that_exited_are_named_and_weighed() {
         files_per_stack.values().any(|&n| n >= 2),
         "a burn_three_parts stack seen in two chunks under one id: {files_per_stack:?}"
     );
+}
+
+/// A program stripped of its symbols, as shipped, leaves the recorder
+/// nothing to name its frames with; given its separate debug file (found by
+/// build id under `--debug-dir`, where perf and gdb find them), the analyzer
+/// names them as it reads, with file and line, and changes nothing on disk.
+#[test]
+fn a_stripped_programs_frames_are_named_at_read_time_from_a_debug_dir() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let exe = build_workload(scratch.dir.path());
+    let readelf = run(Command::new("readelf").arg("-n").arg(&exe));
+    let notes = String::from_utf8_lossy(&readelf.stdout);
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("the linker gives the workload a build id: {notes}"))
+        .to_string();
+    let debug_dir = scratch.dir.path().join("debug");
+    let debug_file = debug_dir
+        .join(".build-id")
+        .join(&build_id[..2])
+        .join(format!("{}.debug", &build_id[2..]));
+    std::fs::create_dir_all(debug_file.parent().unwrap()).unwrap();
+    for args in [
+        vec![
+            "--only-keep-debug".into(),
+            exe.clone().into_os_string(),
+            debug_file.clone().into_os_string(),
+        ],
+        vec!["--strip-all".into(), exe.clone().into_os_string()],
+    ] {
+        let out = run(Command::new("objcopy").args(&args));
+        assert!(
+            out.status.success(),
+            "objcopy {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let rec = scratch.rec();
+    let frequency = FREQUENCY.to_string();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", &frequency]);
+    let out = run(Command::new(&exe).args(["--burn-ms", "1500", "--naps", "1", "--nap-ms", "10"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    thread::sleep(Duration::from_millis(500));
+    recorder.stop();
+
+    let pid = truth["pid"].as_i64().unwrap().to_string();
+    let debug = debug_dir.to_str().unwrap();
+    let bare = folded(&rec, &["--on-cpu", "--pid", &pid]);
+    let named = folded(&rec, &["--on-cpu", "--pid", &pid, "--debug-dir", debug]);
+    assert_eq!(
+        weight_of(&bare, "burn_three_parts") + weight_of(&bare, "burn_one_part"),
+        0,
+        "the recorder had nothing to name them with: {bare:?}"
+    );
+    let (three, one) = (
+        weight_of(&named, "burn_three_parts"),
+        weight_of(&named, "burn_one_part"),
+    );
+    let total = |lines: &[(String, i64)]| lines.iter().map(|(_, w)| w).sum::<i64>();
+    assert!(three > 0 && one > 0, "named from the debug file: {named:?}");
+    assert_eq!(total(&bare), total(&named), "the same samples, only named");
+    assert!(
+        three + one >= total(&named) * 8 / 10,
+        "most samples burn in the two functions: {named:?}"
+    );
+
+    // File and line come from the debug file's DWARF; the recording is unchanged.
+    let query = format!(
+        "SELECT function, file, line FROM frame WHERE build_id = '{build_id}' \
+         AND function LIKE '%burn_three_parts'"
+    );
+    let rows = run(Command::new(bin("hindsight"))
+        .args(["sql", "--debug-dir", debug, "--format", "json"])
+        .arg(&rec)
+        .arg(&query));
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    let first: serde_json::Value = serde_json::from_str(
+        rows.lines()
+            .next()
+            .unwrap_or_else(|| panic!("no named frame: {rows}")),
+    )
+    .unwrap();
+    assert!(
+        first["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("hs_stacks.rs"))
+            && first["line"].as_i64() > Some(0),
+        "{first}"
+    );
+    assert!(sql(&rec, &query).is_empty(), "nothing named on disk");
 }
