@@ -293,12 +293,17 @@ fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> 
         "SELECT CAST(interval_start AS BIGINT) AS t, pid, ns FROM ({}) s ORDER BY 1, 2",
         env.thread_time_sql(ThreadTime::OnCpu, env.interval, (None, None))
     );
+    rows_per_bin(rec, &sql)
+}
+
+/// `(bin start ms, pid, ms)` of a statement's `t`, `pid` and `ns` columns.
+fn rows_per_bin(rec: &Rec, sql: &str) -> Vec<(i64, i64, i64)> {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let rows = runtime.block_on(async {
         let ctx = hindsight::open_context(std::slice::from_ref(&rec.dir))
             .await
             .unwrap();
-        let batches = hindsight::query_batches(&ctx, &sql).await.unwrap();
+        let batches = hindsight::query_batches(&ctx, sql).await.unwrap();
         hindsight::output::json_rows(&batches).unwrap()
     });
     rows.iter()
@@ -345,6 +350,21 @@ fn on_cpu_time_is_split_at_bin_edges_indexed_or_not() {
     ];
     let by_two = vec![(0, 77, 1500), (2000, 50, 250), (2000, 77, 1250)];
     assert_eq!(on_cpu_per_bin(&rec, "1s", false), by_second);
+    // The HTML chart's window starts at the first event, 0.5 s into its
+    // first bin: that bin is charted too.
+    let env = hindsight::report::Env {
+        interval: hindsight::report::Interval::parse("1s").unwrap(),
+        from: None,
+        to: None,
+        top: 5,
+        multi_host: false,
+        sessions: Vec::new(),
+        pid: None,
+        metric: None,
+        indexed: false,
+    };
+    let chart = hindsight::report::html::process_cpu_sql(&env, (t(500), t(3501)), env.interval);
+    assert_eq!(rows_per_bin(&rec, &chart), by_second);
     assert_eq!(on_cpu_per_bin(&rec, "2s", false), by_two);
     let out = hindsight(["index", rec.dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));

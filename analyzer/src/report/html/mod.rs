@@ -204,9 +204,15 @@ SELECT CAST(t AS BIGINT) AS t, series, CAST(value AS DOUBLE) AS value FROM serie
 /// and interval of `step`, counted as `report timeline` counts
 /// `process_cpu` ([`Env::thread_time_sql`]).
 pub fn process_cpu_sql(env: &Env, (start, end): (i64, i64), step: Interval) -> String {
+    // From the bin that holds the window's start: thread_time_sql takes bin
+    // starts, and an unaligned start would drop the first bin's CPU time.
     format!(
         "SELECT CAST(interval_start AS BIGINT) AS t, pid, comm, ns FROM ({}) t ORDER BY 1, 2",
-        env.thread_time_sql(ThreadTime::OnCpu, step, (Some(start), Some(end)))
+        env.thread_time_sql(
+            ThreadTime::OnCpu,
+            step,
+            (Some(step.align(start)), Some(end))
+        )
     )
 }
 
