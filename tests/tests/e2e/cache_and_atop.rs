@@ -38,18 +38,26 @@ fn page_cache_misses_then_hits_per_process() {
     };
     let (cold_accesses, cold_misses) = counts(cold["pid"].as_i64().unwrap());
     let (warm_accesses, warm_misses) = counts(warm["pid"].as_i64().unwrap());
+    eprintln!(
+        "page cache: cold {cold_accesses} accesses, {cold_misses} misses; warm {warm_accesses} accesses, {warm_misses} misses; {PAGES} pages"
+    );
     // Readahead may bring in a little more than the file; the program's own
     // binary and libraries are already cached by the first run.
     assert!(
         (PAGES * 95 / 100..=PAGES * 110 / 100).contains(&cold_misses),
         "cold read: {cold_misses} misses for {PAGES} pages"
     );
+    // Every page of the file looked up once by the read, plus the few the
+    // program's start faults in from its binary and libc (18 here): within
+    // 2 %. A read counted twice, or a batch's range counted again by its
+    // continuation, lands far outside.
+    let looked_up = PAGES..=PAGES * 102 / 100;
     assert!(
-        cold_accesses >= PAGES,
-        "cold read: {cold_accesses} accesses"
+        looked_up.contains(&cold_accesses),
+        "cold read: {cold_accesses} accesses for {PAGES} pages"
     );
     assert!(
-        warm_accesses >= PAGES,
+        looked_up.contains(&warm_accesses),
         "warm read: {warm_accesses} accesses for {PAGES} pages"
     );
     assert!(
@@ -222,6 +230,7 @@ fn processes_that_end_between_snapshots_have_atop_lines_that_add_up() {
             "{json}: report cpu {got_cpu:.4} s, faults {got_faults:.1}, switches {got_switches:.1}; \
              wait4 cpu {cpu:.4} s, faults {faults}, switches {switches}; lines {lines:?}"
         );
+        eprintln!("atop lines vs wait4: {what}");
         assert!((got_cpu - cpu).abs() < 0.002, "{what}");
         assert!((got_faults - faults).abs() < 0.5, "{what}");
         assert!((got_switches - switches).abs() < 0.5, "{what}");

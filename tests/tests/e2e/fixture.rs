@@ -39,6 +39,23 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The release build of a binary of this workspace (`scripts/test` builds
+/// the recorder's): what a figure stated for the shipped build is checked on.
+pub fn release_bin(name: &str) -> PathBuf {
+    let debug = bin(name);
+    let target = debug
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/<binary>");
+    let path = target.join("release").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo build --release -p hindsight-record` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
 /// A fresh directory per test; the recording goes in `rec/` below it.
 pub struct Scratch {
     pub dir: tempfile::TempDir,

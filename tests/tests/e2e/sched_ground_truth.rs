@@ -163,6 +163,10 @@ fn wakeups_name_the_thread_that_woke_them_not_the_idle_task() {
         let n = rows[0]["n"].as_i64().unwrap();
         let by_partner = rows[0]["by_partner"].as_i64().unwrap();
         assert!(n >= 10_000, "{n} wakeups of {me}");
+        eprintln!(
+            "wakers: {by_partner} of {n} wakeups of {me} ({:.2} %) name its partner",
+            100.0 * by_partner as f64 / n as f64
+        );
         assert!(
             by_partner as f64 >= 0.99 * n as f64,
             "{by_partner} of {n} wakeups of {me} name {partner} as the waker ({} name pid 0)",
