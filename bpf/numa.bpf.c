@@ -35,7 +35,8 @@ struct {
 	__type(value, __u32);
 } numa_cpu_node SEC(".maps");
 
-/* Sized by user space before load (--ring-size). */
+/* Sized by user space before load: a fixed 256 KiB (NUMA_RING_SIZE in
+ * recorder.rs), not --ring-size: moves and migrations are rare. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);

@@ -113,7 +113,7 @@ pub struct Args {
     pub task_interval: Duration,
 
     /// With --events faults: record one page fault in N per CPU (1 records every fault;
-    /// each recorded fault adds about 0.2-0.5 µs to the fault and ~7 bytes on disk).
+    /// each recorded fault adds about 0.67 µs to the fault and 5.0 B on disk, BENCHMARKS.md).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub fault_sample: u32,
 
@@ -124,7 +124,8 @@ pub struct Args {
 
     /// With --events sched: record the stack of every thread leaving a CPU
     /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: a stack
-    /// walk on every context switch costs about a microsecond each.
+    /// walk on every context switch adds 2.25-5.95 µs to the switch and 3.45-3.67 µs
+    /// of recorder CPU per event (BENCHMARKS.md).
     #[arg(long)]
     pub off_cpu_stacks: bool,
 
@@ -137,7 +138,7 @@ pub struct Args {
     /// Disk budget: after every chunk (and at every flush), the oldest closed files are
     /// deleted until they, plus room for the open chunk and its journal, fit; disk use
     /// stays under SIZE plus at most one chunk
-    /// [default: 2G, capped to a tenth of the output's filesystem; at the 4 GB/day a
+    /// [default: 2G, capped to a tenth of the output's filesystem; at the 4.46 GB/day a
     /// busy 2-CPU host recorded with the defaults (BENCHMARKS.md) that is half a day,
     /// and weeks on a quiet host].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
