@@ -38,8 +38,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "SIZE", default_value = "1G", value_parser = parse_memory_limit)]
     pub memory_limit: u64,
     /// A directory of separate debug files by build id (DIR/.build-id/ab/cdef….debug, as
-    /// /usr/lib/debug holds them or debuginfod fetches them): frames the recorder could not
-    /// name are named from them as they are read; the recording is not changed. Repeatable.
+    /// /usr/lib/debug holds them, or DIR/abcdef…/debuginfo, a debuginfod client's cache):
+    /// frames the recorder could not name are named from them as they are read; the
+    /// recording is not changed. Repeatable.
     #[arg(long, global = true, value_name = "DIR")]
     pub debug_dir: Vec<PathBuf>,
 }

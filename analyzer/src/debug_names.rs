@@ -1,7 +1,8 @@
 //! Names, at read time, the user frames the recorder could not name, from
 //! separate debug files the reader points at with `--debug-dir`: found by
-//! build id, where perf, gdb and debuginfod clients put them
-//! (`DIR/.build-id/ab/cdef….debug`), and looked up by the frame's
+//! build id where gdb and perf look (`DIR/.build-id/ab/cdef….debug`, as
+//! /usr/lib/debug holds them) or where a debuginfod client caches them
+//! (`DIR/abcdef…/debuginfo`), and looked up by the frame's
 //! `elf_address` (a debug file keeps no code, so no file offsets).
 //!
 //! The recording is never changed: with debug directories set, `frame` is
@@ -52,8 +53,8 @@ pub fn active() -> bool {
 }
 
 /// The debug file of `build_id` (lowercase hex, as recorded) under one of
-/// `dirs`. Anything but hex is refused: a recording is input, and its build
-/// ids must not walk out of the directories.
+/// `dirs`, in either layout. Anything but hex is refused: a recording is
+/// input, and its build ids must not walk out of the directories.
 pub fn debug_file(dirs: &[PathBuf], build_id: &str) -> Option<PathBuf> {
     let hex = build_id.len() >= 4
         && build_id
@@ -64,10 +65,13 @@ pub fn debug_file(dirs: &[PathBuf], build_id: &str) -> Option<PathBuf> {
     }
     let (head, tail) = build_id.split_at(2);
     dirs.iter()
-        .map(|dir| {
-            dir.join(".build-id")
-                .join(head)
-                .join(format!("{tail}.debug"))
+        .flat_map(|dir| {
+            [
+                dir.join(".build-id")
+                    .join(head)
+                    .join(format!("{tail}.debug")),
+                dir.join(build_id).join("debuginfo"),
+            ]
         })
         .find(|path| path.is_file())
 }
@@ -273,6 +277,11 @@ mod tests {
         let dirs = [root.path().join("missing"), root.path().to_path_buf()];
         assert_eq!(debug_file(&dirs, "abcdef01"), Some(file));
         assert_eq!(debug_file(&dirs, "abcdef02"), None);
+        // A debuginfod client's cache.
+        let cached = root.path().join("abcdef03/debuginfo");
+        std::fs::create_dir_all(cached.parent().unwrap()).unwrap();
+        std::fs::write(&cached, b"").unwrap();
+        assert_eq!(debug_file(&dirs, "abcdef03"), Some(cached));
         for hostile in ["../../etc", "ab/../cdef01", "ABCDEF01", "ab"] {
             assert_eq!(debug_file(&dirs, hostile), None, "{hostile}");
         }
