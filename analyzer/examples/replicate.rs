@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
+use arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, TimestampNanosecondArray};
 use arrow::datatypes::DataType;
 use hindsight::chunk_file;
 use hindsight::recording::Recording;
@@ -136,19 +136,22 @@ fn shifted_copy(
     let mut writer = chunk_file::create(&temp, table, &chunk_file::stamp_of(path, source))?;
     for batch in reader {
         let batch = batch?;
-        let columns = batch
-            .columns()
+        let schema = table.schema();
+        // By name: a file written before a nullable column was added has
+        // no such column, and its copy has it null.
+        let columns = table
+            .columns
             .iter()
-            .zip(table.columns.iter())
-            .map(|(column, def)| {
-                if def.kind == ColumnType::Timestamp && by != 0 {
+            .zip(schema.fields())
+            .map(|(def, field)| match batch.column_by_name(def.name) {
+                Some(column) if def.kind == ColumnType::Timestamp && by != 0 => {
                     shift_times(column, by)
-                } else {
-                    column.clone()
                 }
+                Some(column) => column.clone(),
+                None => new_null_array(field.data_type(), batch.num_rows()),
             })
             .collect();
-        writer.write(&RecordBatch::try_new(table.schema(), columns)?)?;
+        writer.write(&RecordBatch::try_new(schema, columns)?)?;
     }
     chunk_file::commit(writer, &temp, target)
 }
