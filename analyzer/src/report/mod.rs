@@ -528,12 +528,29 @@ impl Deltas<'_> {
         let name = self.name;
         let mut step_cols = String::new();
         let mut sums = String::new();
-        let (from_zero, prev_ts) = match &self.born {
+        // The birth is worked out once a row, in `rows` (it is a CASE over
+        // every session), and only where it is used.
+        let (from_zero, prev_ts, rows) = match &self.born {
             Some(born) => (
-                format!("CASE WHEN {born} IS NOT NULL THEN 0 END"),
-                format!("coalesce(lag(ts) OVER series, {})", ns_as_timestamp(born)),
+                "CASE WHEN born_ns IS NOT NULL THEN 0 END".to_string(),
+                format!("coalesce(lag(ts) OVER series, {})", ns_as_timestamp("born_ns")),
+                format!(
+                    "(SELECT *, {born} AS born_ns FROM {table} WHERE ({filter}) AND {bounds}) {table}",
+                    table = self.table,
+                    filter = self.filter,
+                    bounds = env.sample_bounds("ts"),
+                ),
             ),
-            None => ("NULL".to_string(), "lag(ts) OVER series".to_string()),
+            None => (
+                "NULL".to_string(),
+                "lag(ts) OVER series".to_string(),
+                format!(
+                    "{table} WHERE ({filter}) AND {bounds}",
+                    table = self.table,
+                    filter = self.filter,
+                    bounds = env.sample_bounds("ts"),
+                ),
+            ),
         };
         for (col, expr) in self.counters {
             step_cols.push_str(&format!(
@@ -549,8 +566,7 @@ impl Deltas<'_> {
             "{name}_step AS (  -- {doc}: each sample minus the one before it
   SELECT {h}{keys}, ts, {bin} AS interval_start,
     {prev_ts} AS prev_ts{step_cols}
-  FROM {table}
-  WHERE ({filter}) AND {bounds}
+  FROM {rows}
   WINDOW series AS (PARTITION BY {h}{keys} ORDER BY ts)
 ),
 {name} AS (  -- per interval: last sample in it minus last sample before it
@@ -562,10 +578,7 @@ impl Deltas<'_> {
   GROUP BY {h}{keys}, interval_start
 )",
             doc = self.doc,
-            table = self.table,
-            filter = self.filter,
             bin = env.bin("ts"),
-            bounds = env.sample_bounds("ts"),
         )
     }
 }
