@@ -62,7 +62,8 @@ CAP_BPF+CAP_PERFMON, BTF at /sys/kernel/btf/vmlinux).";
 /// hindsight-record attaches BPF programs to kernel tracepoints (scheduler,
 /// NUMA, page cache, page faults), reads system and per-process counters
 /// from /proc, and writes it all to zstd Parquet, one folder a table,
-/// rolling files every --chunk. It needs root (or CAP_BPF and CAP_PERFMON).
+/// rolling files every --chunk. It needs root (or CAP_BPF and CAP_PERFMON);
+/// --events counters,tasks alone records /proc without them, and says what it misses.
 /// It stops at the end of --duration or on SIGINT/SIGTERM, and every file it
 /// leaves is complete. SIGHUP closes the current files and starts new ones.
 ///
