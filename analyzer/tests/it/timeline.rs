@@ -274,12 +274,10 @@ fn top_is_atop_for_the_interval_holding_the_moment() {
     assert!(!top.contains("2023-11-14T22:13:30Z,"), "{top}");
 }
 
-/// Per-process on-CPU nanoseconds per bin of `step`, as the timeline and
-/// the HTML chart sum them.
-fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> {
-    use hindsight::report::{Env, Interval, ThreadTime};
-    let env = Env {
-        interval: Interval::parse(step).unwrap(),
+/// What a report of one recording at `step` is built for, with no flags.
+fn env_at(step: &str, indexed: bool) -> hindsight::report::Env {
+    hindsight::report::Env {
+        interval: hindsight::report::Interval::parse(step).unwrap(),
         from: None,
         to: None,
         top: 5,
@@ -288,7 +286,14 @@ fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> 
         pid: None,
         metric: None,
         indexed,
-    };
+    }
+}
+
+/// Per-process on-CPU nanoseconds per bin of `step`, as the timeline and
+/// the HTML chart sum them.
+fn on_cpu_per_bin(rec: &Rec, step: &str, indexed: bool) -> Vec<(i64, i64, i64)> {
+    use hindsight::report::ThreadTime;
+    let env = env_at(step, indexed);
     let sql = format!(
         "SELECT CAST(interval_start AS BIGINT) AS t, pid, ns FROM ({}) s ORDER BY 1, 2",
         env.thread_time_sql(ThreadTime::OnCpu, env.interval, (None, None))
@@ -352,17 +357,7 @@ fn on_cpu_time_is_split_at_bin_edges_indexed_or_not() {
     assert_eq!(on_cpu_per_bin(&rec, "1s", false), by_second);
     // The HTML chart's window starts at the first event, 0.5 s into its
     // first bin: that bin is charted too.
-    let env = hindsight::report::Env {
-        interval: hindsight::report::Interval::parse("1s").unwrap(),
-        from: None,
-        to: None,
-        top: 5,
-        multi_host: false,
-        sessions: Vec::new(),
-        pid: None,
-        metric: None,
-        indexed: false,
-    };
+    let env = env_at("1s", false);
     let chart = hindsight::report::html::process_cpu_sql(&env, (t(500), t(3501)), env.interval);
     assert_eq!(rows_per_bin(&rec, &chart), by_second);
     assert_eq!(on_cpu_per_bin(&rec, "2s", false), by_two);

@@ -85,21 +85,7 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
     thread::sleep(Duration::from_millis(300));
     recorder.stop();
 
-    let out = run(std::process::Command::new(bin("hindsight"))
-        .arg("report")
-        .arg("atop")
-        .arg(&rec)
-        .args(["--interval", "2s", "--top", "1000", "--format", "json"]));
-    assert!(
-        out.status.success(),
-        "report atop failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = atop_rows(&rec, "2s");
     // (CPU %, seconds between the bounding samples) of each interval of a process.
     let cpu_of = |pid: i64| -> Vec<(f64, f64)> {
         rows.iter()
@@ -149,8 +135,8 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
     );
 }
 
-/// `report atop`'s process lines of a recording at `interval`, as JSON rows.
-fn atop_process_rows(rec: &std::path::Path, interval: &str) -> Vec<serde_json::Value> {
+/// `report atop`'s rows (every process's) of a recording at `interval`, as JSON.
+fn atop_rows(rec: &std::path::Path, interval: &str) -> Vec<serde_json::Value> {
     let out = run(std::process::Command::new(bin("hindsight"))
         .arg("report")
         .arg("atop")
@@ -172,7 +158,6 @@ fn atop_process_rows(rec: &std::path::Path, interval: &str) -> Vec<serde_json::V
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["kind"] == "process")
         .collect()
 }
 
@@ -202,7 +187,10 @@ fn processes_that_end_between_snapshots_have_atop_lines_that_add_up() {
     thread::sleep(Duration::from_millis(500));
     recorder.stop();
 
-    let rows = atop_process_rows(&rec, "3s");
+    let rows: Vec<serde_json::Value> = atop_rows(&rec, "3s")
+        .into_iter()
+        .filter(|r| r["kind"] == "process")
+        .collect();
     for (json, usage) in &workloads {
         let pid = json["pid"].as_i64().unwrap();
         let lines: Vec<&serde_json::Value> = rows
