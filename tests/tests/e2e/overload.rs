@@ -122,7 +122,17 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
     eprintln!("storm: the recorder's own counters {own:?}");
     assert_eq!(own.len(), 2, "{own:?}");
     let (rss, wait) = (&own[0], &own[1]);
-    assert!(rss["n"].as_i64().unwrap() >= 5, "{rss:?}");
+    // One row a second, or the round counted late: at Nice=19 the storm
+    // starves the recorder and some rounds come a whole second late.
+    let late = sql_count(
+        &rec,
+        "SELECT CAST(COALESCE(SUM(lost), 0) AS BIGINT) AS n FROM loss WHERE source = 'late:counter'",
+    );
+    let seconds = rss["span_us"].as_i64().unwrap() / 1_000_000;
+    assert!(
+        rss["n"].as_i64().unwrap() + late >= seconds,
+        "{rss:?}: {late} late rounds over {seconds} s"
+    );
     let rss_kb = rss["until_peak_read"].as_i64().unwrap();
     assert!(
         rss_kb > 0 && rss_kb as u64 <= peak_kb,
