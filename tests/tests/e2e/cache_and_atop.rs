@@ -1,6 +1,6 @@
 use std::{fs, io::Write, thread, time::Duration};
 
-use crate::fixture::{bin, load, load_reaped, quiet, run, shared, sql, Recorder, Scratch};
+use crate::fixture::{hindsight_stdout, load, load_reaped, quiet, shared, sql, Recorder, Scratch};
 
 /// Reading a file that is not in the page cache shows about one miss per
 /// page for the reader; reading it again shows hits and almost no misses.
@@ -137,25 +137,19 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
 
 /// `report atop`'s rows (every process's) of a recording at `interval`, as JSON.
 fn atop_rows(rec: &std::path::Path, interval: &str) -> Vec<serde_json::Value> {
-    let out = run(std::process::Command::new(bin("hindsight"))
-        .arg("report")
-        .arg("atop")
-        .arg(rec)
-        .args([
-            "--interval",
-            interval,
-            "--top",
-            "100000",
-            "--format",
-            "json",
-        ]));
-    assert!(
-        out.status.success(),
-        "report atop failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    let rec = rec.to_str().unwrap();
+    let args = [
+        "report",
+        "atop",
+        rec,
+        "--interval",
+        interval,
+        "--top",
+        "100000",
+        "--format",
+        "json",
+    ];
+    hindsight_stdout(&args)
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .collect()
