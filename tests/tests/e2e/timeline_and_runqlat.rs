@@ -11,7 +11,8 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hindsight_stdout, load, quiet, shared, sql_count, utc_now_ns, Recorder, Scratch,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, shared, sql_count, utc_now_ns,
+    Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -25,9 +26,9 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
     let rec_dir = scratch.rec();
     let recorder = Recorder::start(&rec_dir, &[]);
     thread::sleep(Duration::from_secs(30));
-    let burst_start = utc_now_ns();
+    let (burst_start, hidden_before) = (utc_now_ns(), hidden_cpu_seconds());
     let burn = load(&["burn", "5"]);
-    let burst_end = utc_now_ns();
+    let (burst_end, hidden_s) = (utc_now_ns(), hidden_cpu_seconds() - hidden_before);
     thread::sleep(Duration::from_secs(15));
     recorder.stop();
 
@@ -61,12 +62,17 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         &rec_dir,
         "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source LIKE '%sched_switch'",
     );
-    // A VM's steal and interrupt time is wall time inside a slice but not
-    // the thread's CPU time: hence the tolerance.
+    // A slice is wall time between two tracepoints; the hog's own CPU time
+    // leaves out what the kernel knows was not the hog: steal and the VM
+    // agent's runs (see `hidden_cpu_seconds`). A fresh-clone run once found
+    // 0.42 s more than getrusage in a 5 s burn. They are counted, to a tick
+    // per CPU and two for the agent.
     let tolerance = 0.01 + 0.01 * own_s;
+    let ticks = 0.01 * (2 + thread::available_parallelism().map_or(1, |n| n.get())) as f64;
     assert!(
-        on_cpu_s <= own_s + tolerance,
-        "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s"
+        on_cpu_s <= own_s + tolerance + hidden_s + ticks,
+        "cpu_time says {on_cpu_s} s, more than the hog's getrusage {own_s} s \
+         and the {hidden_s} s of steal and VM agent meanwhile"
     );
     if lost_switches == 0 {
         assert!(
@@ -217,14 +223,19 @@ fn runqlat_totals(rec: &str, pid: i64) -> (f64, i64, Vec<(i64, i64)>) {
     (total_ns, counts.iter().map(|c| c.1).sum(), counts)
 }
 
-/// How far a sum of waits may exceed the kernel's `run_delay`. Each wait
-/// runs, as BCC's runqlat measures it, to the sched_switch tracepoint;
-/// run_delay runs to the rq clock read at the start of __schedule, before
-/// the next task is picked. So ours is longer by that path once per wait:
-/// 6.5-6.6 us here in 4 of 4 runs, allowed up to 10 us per wait on top of
-/// 5 % either way.
+/// How far a sum of waits after preemptions may stray from the kernel's
+/// `run_delay`. Ours run, as BCC's runqlat measures them, between
+/// sched_switch tracepoints; run_delay between readings of the rq clock at
+/// the start of __schedule, and when a wakeup preempted the thread, from
+/// the wakeup's reading (the clock skips its next update). Behind a hog
+/// ours are 1.2-1.7 us per wait shorter here (4 of 4 runs); allowed 5 %
+/// either way, and up to 10 us per wait longer.
 fn assert_matches_run_delay(what: &str, ours: f64, waits: i64, kernel: f64, lost: i64) {
     let excess = ours - kernel;
+    eprintln!(
+        "{what}: {:.1} us more than run_delay per wait over {waits} waits",
+        excess / waits.max(1) as f64 / 1000.0
+    );
     let tolerance = 0.05 * kernel + 200_000.0;
     assert!(
         -tolerance <= excess && excess <= tolerance + waits as f64 * 10_000.0,
@@ -304,21 +315,58 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
         "count(*)",
         "(SELECT ts, prev_pid AS pid FROM sched_switch) s",
     ) as i64;
+    // Two references bound these waits, one from each side. run_delay is
+    // the lower one: every wait it counts is one of ours, give or take the
+    // microseconds between the rq clock's reading and a tracepoint. It is not
+    // an upper one: a wakeup that preempts the running task at once has the
+    // rq clock skip its next update (wakeup_preempt()), so __schedule reads
+    // the wakeup's clock and run_delay counts that wait as 0. bpftrace,
+    // reading sched_info.run_delay at each switch-out of this task behind two
+    // hogs, found 483 of 502 waits counted under 1 us where the tracepoints
+    // were 10 us to 1 ms apart (the interrupt's exit, the tracers' own
+    // programs, and on a busy host steal: once 5.4 ms over 100 waits, which
+    // failed a check that took run_delay for both bounds). The upper
+    // reference is the task's own lateness: a wait after a wakeup lies
+    // inside its tick's overrun, from the timer's deadline to the return
+    // from sleep (timer slack 1 ns); a wait after a preemption is one that
+    // run_delay counts whole.
+    let after = |kind: &str| {
+        in_window(
+            "sum(latency_ns)",
+            &format!("(SELECT * FROM runq_latency WHERE after = '{kind}') w"),
+        )
+    };
+    let (after_wakeup_ns, after_preemption_ns) = (after("wakeup"), after("preemption"));
+    let late_ns: f64 = tick["late_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .sum();
     let kernel = tick["run_delay_ns"].as_f64().unwrap();
     let unseen = (outs - waits).max(0);
-    if unseen == 0 {
-        assert_matches_run_delay("the periodic task", total_ns, waits, kernel, lost);
-    } else {
-        let longest = in_window("max(latency_ns)", "runq_latency");
-        eprintln!("the periodic task: {unseen} of {outs} runs began unseen");
-        assert!(unseen <= 3, "{unseen} of {outs} runs began unseen");
-        assert!(
-            total_ns <= kernel + 0.05 * kernel + 200_000.0 + waits as f64 * 10_000.0
-                && total_ns + unseen as f64 * longest >= 0.95 * kernel - 200_000.0,
-            "the periodic task: runqlat {total_ns} ns over {waits} waits and {unseen} unseen \
-             (at most {longest} ns each) vs schedstat run_delay {kernel} ns"
-        );
-    }
+    let longest = in_window("max(latency_ns)", "runq_latency");
+    eprintln!(
+        "the periodic task: {waits} waits, {after_wakeup_ns} ns after wakeups and \
+         {after_preemption_ns} ns after preemptions; lateness {late_ns} ns, run_delay {kernel} ns; \
+         {unseen} of {outs} runs began unseen"
+    );
+    assert!(unseen <= 3, "{unseen} of {outs} runs began unseen");
+    assert!(
+        total_ns + unseen as f64 * longest >= 0.95 * kernel - 200_000.0,
+        "the periodic task: runqlat {total_ns} ns over {waits} waits and {unseen} unseen \
+         (at most {longest} ns each) is short of schedstat run_delay {kernel} ns"
+    );
+    assert!(
+        after_wakeup_ns <= late_ns,
+        "the periodic task: its waits after wakeups sum to {after_wakeup_ns} ns, more than the \
+         {late_ns} ns its {sleeps} sleeps overran their deadlines"
+    );
+    assert!(
+        after_preemption_ns <= 1.05 * kernel + 200_000.0,
+        "the periodic task: its waits after preemptions sum to {after_preemption_ns} ns, \
+         more than all of schedstat run_delay {kernel} ns"
+    );
     // Behind two hogs some waits are a hog's slice: milliseconds, not microseconds.
     let (_, _, counts) = runqlat_totals(rec, pid);
     assert!(
