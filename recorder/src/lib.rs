@@ -32,6 +32,7 @@ pub mod decode;
 pub mod elf;
 #[cfg(test)]
 mod kernel_tests;
+pub mod private_dir;
 pub mod procfs;
 pub mod recorder;
 pub mod recording;
@@ -89,21 +90,24 @@ pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
 }
 
 /// `hindsight-record recover DIR`: every journal of DIR becomes a chunk.
-fn recover(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    if !dir
-        .join(hindsight_schemas::layout::RECORDING_FILE)
-        .is_file()
-    {
-        return Err(cli::UsageError(format!(
+fn recover(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let not_a_recording = || {
+        cli::UsageError(format!(
             "{}: not a hindsight recording (no {})",
-            dir.display(),
+            path.display(),
             hindsight_schemas::layout::RECORDING_FILE
         ))
-        .into());
+    };
+    if !path.is_dir() {
+        return Err(not_a_recording().into());
+    }
+    let dir = private_dir::PrivateDir::open(path)?;
+    if recording::read_meta(&dir)?.is_none() {
+        return Err(not_a_recording().into());
     }
     // A live recorder's journals are its open chunk, not debris.
-    let _lock = recording::lock(dir)?;
-    let recovered = sink::recover_recording(dir)?;
+    let _lock = recording::lock(&dir)?;
+    let recovered = sink::recover_recording(&dir)?;
     for r in &recovered {
         println!(
             "{}: {} rows{}",
@@ -119,7 +123,7 @@ fn recover(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     eprintln!(
         "hindsight-record: recovered {} chunk files in {}",
         recovered.len(),
-        dir.display()
+        path.display()
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -130,6 +134,7 @@ pub fn exit_code_for(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<bpf::Unsupported>().is_some() {
         EXIT_UNSUPPORTED
     } else if error.downcast_ref::<recording::OutputRefused>().is_some()
+        || error.downcast_ref::<private_dir::NotPrivate>().is_some()
         || error.downcast_ref::<cli::UsageError>().is_some()
     {
         EXIT_USAGE

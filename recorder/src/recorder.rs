@@ -691,7 +691,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     // The kernel's BTF (several MiB) is only needed to choose programs.
     drop(catalog);
 
-    let mut retention = Retention::scan(&recording.dir, config.retention);
+    let mut retention = Retention::scan(recording.dir.path(), config.retention);
     let retired = retention.enforce(retention::now_ns());
     recording.meta.retired.extend(retired);
     let offset = clock::measure_offset();

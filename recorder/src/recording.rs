@@ -2,12 +2,8 @@
 //! keeping `recording.json` current (always replaced atomically).
 
 use std::{
-    fs::{self, DirBuilder, File, OpenOptions},
     io::{Read, Write},
-    os::{
-        fd::AsRawFd,
-        unix::fs::{DirBuilderExt, OpenOptionsExt},
-    },
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
 };
 
@@ -19,10 +15,7 @@ use hindsight_schemas::{
 };
 use thiserror::Error;
 
-use crate::sink::{sync_dir, FILE_MODE};
-
-/// Mode of a recording's directories: recordings contain command lines and paths.
-pub const DIR_MODE: u32 = 0o750;
+use crate::private_dir::PrivateDir;
 
 /// Why an output directory is refused; the caller exits with a usage error.
 #[derive(Debug, Error)]
@@ -45,38 +38,30 @@ pub enum OutputRefused {
     Locked { path: PathBuf, pid: String },
 }
 
-/// Creates a directory (and parents) with [`DIR_MODE`]; an existing one is fine.
-pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))
-}
-
 /// An open recording directory and its description.
 #[derive(Debug)]
 pub struct Recording {
-    pub dir: PathBuf,
+    pub dir: PrivateDir,
     pub meta: RecordingMeta,
     /// Held for as long as this recorder writes into `dir`.
-    _lock: File,
+    _lock: std::fs::File,
 }
 
 /// Takes the recording's lock file (see [`layout::LOCK_FILE`]) and writes
 /// our pid into it; refuses when a live recorder holds it. `flock` locks
 /// die with their process, so a recorder killed with `kill -9` leaves a
 /// file that the next one simply takes over.
-pub fn lock(dir: &Path) -> anyhow::Result<File> {
-    let path = dir.join(layout::LOCK_FILE);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+pub fn lock(dir: &PrivateDir) -> anyhow::Result<std::fs::File> {
+    let path = dir.shown(layout::LOCK_FILE);
+    // A lock that is not a regular file (a planted link) locks nothing
+    // anyone could hold: it is replaced, never opened through.
+    let mut file = match dir.open_or_create(layout::LOCK_FILE) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => dir
+            .remove(layout::LOCK_FILE)
+            .and_then(|()| dir.open_or_create(layout::LOCK_FILE)),
+        opened => opened,
+    }
+    .with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let error = std::io::Error::last_os_error();
@@ -85,7 +70,7 @@ pub fn lock(dir: &Path) -> anyhow::Result<File> {
             let _ = file.read_to_string(&mut pid);
             let pid = pid.trim();
             return Err(OutputRefused::Locked {
-                path: dir.into(),
+                path: dir.path().into(),
                 pid: if pid.is_empty() {
                     "unknown".into()
                 } else {
@@ -102,61 +87,73 @@ pub fn lock(dir: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
+/// Reads the recording description of `dir`, if it has one.
+pub fn read_meta(dir: &PrivateDir) -> anyhow::Result<Option<RecordingMeta>> {
+    let path = dir.shown(layout::RECORDING_FILE);
+    let mut file = match dir.open_regular(layout::RECORDING_FILE) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    RecordingMeta::from_json(&text)
+        .ok()
+        .filter(|m| m.format == FORMAT)
+        .map(Some)
+        .ok_or_else(|| {
+            OutputRefused::BadMeta {
+                path,
+                reason: "not a hindsight recording description".into(),
+            }
+            .into()
+        })
+}
+
 impl Recording {
     /// Opens `dir` for a new session: creates it, or continues an existing
-    /// recording of this host and schema; refuses anything else.
-    pub fn open(dir: &Path, host: &str, session: Session) -> anyhow::Result<Recording> {
-        let meta_path = dir.join(layout::RECORDING_FILE);
-        let mut meta = if dir.exists() {
-            if !dir.is_dir() {
-                return Err(OutputRefused::NotADirectory(dir.into()).into());
+    /// recording of this host and schema; refuses anything else, and any
+    /// directory that another user could write into (see [`PrivateDir`]).
+    pub fn open(path: &Path, host: &str, session: Session) -> anyhow::Result<Recording> {
+        if path.exists() && !path.is_dir() {
+            return Err(OutputRefused::NotADirectory(path.into()).into());
+        }
+        let dir = PrivateDir::create(path)?;
+        let mut meta = match read_meta(&dir)? {
+            Some(meta) if meta.schema_version != SCHEMA_VERSION => {
+                return Err(OutputRefused::OtherVersion {
+                    path: dir.shown(layout::RECORDING_FILE),
+                    found: meta.schema_version,
+                }
+                .into())
             }
-            if meta_path.exists() {
-                let text = fs::read_to_string(&meta_path)
-                    .with_context(|| format!("reading {}", meta_path.display()))?;
-                let meta = RecordingMeta::from_json(&text)
-                    .ok()
-                    .filter(|m| m.format == FORMAT)
-                    .ok_or_else(|| OutputRefused::BadMeta {
-                        path: meta_path.clone(),
-                        reason: "not a hindsight recording description".into(),
-                    })?;
-                if meta.schema_version != SCHEMA_VERSION {
-                    return Err(OutputRefused::OtherVersion {
-                        path: meta_path,
-                        found: meta.schema_version,
-                    }
-                    .into());
+            Some(meta) if meta.host != host => {
+                return Err(OutputRefused::OtherHost {
+                    path: dir.shown(layout::RECORDING_FILE),
+                    found: meta.host,
+                    host: host.into(),
                 }
-                if meta.host != host {
-                    return Err(OutputRefused::OtherHost {
-                        path: meta_path,
-                        found: meta.host,
-                        host: host.into(),
-                    }
-                    .into());
-                }
-                meta
-            } else if fs::read_dir(dir)
-                .with_context(|| format!("reading {}", dir.display()))?
-                .flatten()
-                .any(|e| e.file_name() != layout::LOCK_FILE)
+                .into())
+            }
+            Some(meta) => meta,
+            None if dir
+                .entries()
+                .with_context(|| format!("reading {}", path.display()))?
+                .iter()
+                .any(|e| e.name != layout::LOCK_FILE) =>
             {
-                return Err(OutputRefused::Foreign(dir.into()).into());
-            } else {
-                new_meta(host)
+                return Err(OutputRefused::Foreign(path.into()).into())
             }
-        } else {
-            new_meta(host)
+            None => new_meta(host),
         };
-        create_private_dir(dir)?;
         // Before anything is written, tidied or recovered: the temporaries
         // and journals may be a running recorder's open chunk.
-        let lock = lock(dir)?;
-        recover_stale_chunks(dir)?;
+        let lock = lock(&dir)?;
+        recover_stale_chunks(&dir)?;
         meta.sessions.push(session);
         let recording = Recording {
-            dir: dir.into(),
+            dir,
             meta,
             _lock: lock,
         };
@@ -173,22 +170,25 @@ impl Recording {
 
     /// Replaces recording.json atomically: write, fsync, rename, fsync dir.
     pub fn save(&self) -> anyhow::Result<()> {
-        let path = self.dir.join(layout::RECORDING_FILE);
-        let temp = self
+        let temp = layout::temp_file_name(layout::RECORDING_FILE);
+        let mut file = self
             .dir
-            .join(layout::temp_file_name(layout::RECORDING_FILE));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE)
-            .open(&temp)
-            .with_context(|| format!("creating {}", temp.display()))?;
+            .create_file(&temp)
+            .with_context(|| format!("creating {}", self.dir.shown(&temp).display()))?;
         file.write_all(self.meta.to_json().as_bytes())
             .and_then(|_| file.sync_all())
-            .with_context(|| format!("writing {}", temp.display()))?;
-        fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-        sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
+            .with_context(|| format!("writing {}", self.dir.shown(&temp).display()))?;
+        self.dir
+            .rename(&temp, layout::RECORDING_FILE)
+            .with_context(|| {
+                format!(
+                    "renaming to {}",
+                    self.dir.shown(layout::RECORDING_FILE).display()
+                )
+            })?;
+        self.dir
+            .sync()
+            .with_context(|| format!("fsync {}", self.dir.path().display()))?;
         Ok(())
     }
 }
@@ -206,14 +206,14 @@ fn new_meta(host: &str) -> RecordingMeta {
 
 /// The journals a killed recorder left become chunks before anything new
 /// is written; their half-written Parquet temporaries go.
-fn recover_stale_chunks(dir: &Path) -> anyhow::Result<()> {
+fn recover_stale_chunks(dir: &PrivateDir) -> anyhow::Result<()> {
     let recovered = crate::sink::recover_recording(dir)?;
     if !recovered.is_empty() {
         let rows: u64 = recovered.iter().map(|r| r.rows).sum();
         eprintln!(
             "hindsight-record: recovered {} chunk files ({rows} rows) that a previous recorder left open in {}",
             recovered.len(),
-            dir.display()
+            dir.path().display()
         );
     }
     Ok(())
@@ -221,6 +221,8 @@ fn recover_stale_chunks(dir: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     fn session() -> Session {
@@ -250,8 +252,39 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
-            DIR_MODE
+            crate::private_dir::DIR_MODE
         );
+    }
+
+    /// Links planted where the recorder writes are replaced, never written
+    /// through; one planted where it reads is refused.
+    #[test]
+    fn planted_links_are_replaced_not_followed() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let victim = root.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let dir = root.path().join("rec");
+        fs::create_dir(&dir).unwrap();
+        symlink(&victim, dir.join(layout::LOCK_FILE)).unwrap();
+        drop(Recording::open(&dir, "h", session()).unwrap());
+        symlink(
+            &victim,
+            dir.join(layout::temp_file_name(layout::RECORDING_FILE)),
+        )
+        .unwrap();
+        let again = Recording::open(&dir, "h", session()).unwrap();
+        assert_eq!(again.meta.sessions.len(), 2);
+        drop(again);
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(fs::symlink_metadata(dir.join(layout::LOCK_FILE))
+            .unwrap()
+            .is_file());
+
+        fs::remove_file(dir.join(layout::RECORDING_FILE)).unwrap();
+        symlink(&victim, dir.join(layout::RECORDING_FILE)).unwrap();
+        let err = Recording::open(&dir, "h", session()).unwrap_err();
+        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
     }
 
     #[test]

@@ -142,9 +142,14 @@ impl Retention {
         let Some(start) = layout::chunk_start_ns(file_name) else {
             return;
         };
-        let Ok(meta) = fs::metadata(self.dir.join(table).join(file_name)) else {
+        // Only the recording's own files: a link named like a chunk is not
+        // one, whatever it points to.
+        let Ok(meta) = fs::symlink_metadata(self.dir.join(table).join(file_name)) else {
             return;
         };
+        if !meta.is_file() {
+            return;
+        }
         let end_ns = meta
             .modified()
             .ok()
@@ -207,7 +212,9 @@ impl Retention {
                 continue;
             }
             for file in fs::read_dir(table.path()).into_iter().flatten().flatten() {
-                if file.file_name().to_string_lossy().starts_with('.') {
+                if file.file_name().to_string_lossy().starts_with('.')
+                    && file.file_type().is_ok_and(|t| t.is_file())
+                {
                     // A file renamed into place since the listing counts as 0
                     // here and as a closed chunk at the close.
                     bytes += file.metadata().map_or(0, |m| m.len());
@@ -305,7 +312,7 @@ impl Retention {
         }
         let dirs: Vec<_> = retired.iter().map(|r| r.table.clone()).collect();
         for table in dirs {
-            let _ = crate::sink::sync_dir(&self.dir.join(table));
+            let _ = fs::File::open(self.dir.join(table)).and_then(|d| d.sync_all());
         }
         retired
     }

@@ -30,10 +30,9 @@
 
 use std::{
     collections::HashMap,
-    fs::{self, File, OpenOptions},
+    fs::File,
     io::{self, BufWriter, Write},
-    os::unix::fs::OpenOptionsExt,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
 };
 
@@ -47,13 +46,12 @@ use arrow::{
 use hindsight_schemas::{journal, layout, Table, TABLES};
 use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
 
+use crate::private_dir::PrivateDir;
+
 /// Rows gathered (and journaled) before they are sorted and written as one
 /// Parquet row group: large enough for good compression, small enough to
 /// bound the writer's memory (about 60 bytes a row, per table).
 pub const ROW_GROUP_ROWS: usize = 32 * 1024;
-
-/// Mode of every file a recording holds: recordings contain command lines.
-pub const FILE_MODE: u32 = 0o640;
 
 /// Who wrote a recording, stamped into every file.
 #[derive(Clone, Debug)]
@@ -107,8 +105,9 @@ pub enum Closed {
     /// took on disk, just before the journal went (journal and file both).
     File { path: PathBuf, peak_bytes: u64 },
     /// The disk is full: the journal stays, to become a chunk with
-    /// [`recover_journal`] once there is room (or at the next start).
-    Deferred(PathBuf),
+    /// [`TableSink::recover`] once there is room (or at the next start).
+    /// The journal's file name.
+    Deferred(String),
 }
 
 /// Rows waiting for their row group.
@@ -147,10 +146,10 @@ struct OpenChunk {
     /// None once a write to it failed on a full disk: the file is deleted
     /// and rebuilt from the journal at close.
     parquet: Option<ArrowWriter<BufWriter<File>>>,
-    temp_path: PathBuf,
-    final_path: PathBuf,
+    temp_name: String,
+    final_name: String,
     journal: File,
-    journal_path: PathBuf,
+    journal_name: String,
     /// Length of the journal's complete entries: a failed append is cut back to it.
     journal_len: u64,
     pending: RowGroupBuffer,
@@ -161,7 +160,7 @@ struct OpenChunk {
 /// Writes one table's chunks.
 pub struct TableSink {
     table: &'static Table,
-    dir: PathBuf,
+    dir: PrivateDir,
     props: WriterProperties,
     /// The key-value metadata, also stamped on every journal entry.
     metadata: HashMap<String, String>,
@@ -276,67 +275,59 @@ fn declared_sort_columns(table: &Table, batch: &RecordBatch) -> Vec<SortColumn> 
         .collect()
 }
 
-/// fsync a directory, so a rename in it survives a crash.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// The one place a Parquet file is created: the hidden temporary name, the
-/// recording's file mode.
-fn create_private_file(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))
-}
-
 fn start_parquet(
-    path: &Path,
+    dir: &PrivateDir,
+    name: &str,
     table: &Table,
     props: &WriterProperties,
 ) -> anyhow::Result<ArrowWriter<BufWriter<File>>> {
-    let file = create_private_file(path)?;
+    let file = dir
+        .create_file(name)
+        .with_context(|| format!("creating {}", dir.shown(name).display()))?;
     ArrowWriter::try_new(
         BufWriter::with_capacity(256 << 10, file),
         Arc::clone(&table.schema()),
         Some(props.clone()),
     )
-    .with_context(|| format!("starting {}", path.display()))
+    .with_context(|| format!("starting {}", dir.shown(name).display()))
 }
 
-/// Writes the footer, fsyncs, renames `temp` to `final_path` and fsyncs the
+/// Writes the footer, fsyncs, renames `temp` to `final_name` and fsyncs the
 /// directory; returns the file's size.
 fn finish_parquet(
     writer: ArrowWriter<BufWriter<File>>,
-    temp: &Path,
-    final_path: &Path,
+    dir: &PrivateDir,
+    temp: &str,
+    final_name: &str,
 ) -> anyhow::Result<u64> {
+    let shown = dir.shown(temp);
     let buffered = writer
         .into_inner()
-        .with_context(|| format!("closing {}", temp.display()))?;
+        .with_context(|| format!("closing {}", shown.display()))?;
     let file = buffered
         .into_inner()
         .map_err(|e| e.into_error())
-        .with_context(|| format!("flushing {}", temp.display()))?;
+        .with_context(|| format!("flushing {}", shown.display()))?;
     file.sync_all()
-        .with_context(|| format!("fsync {}", temp.display()))?;
+        .with_context(|| format!("fsync {}", shown.display()))?;
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
     drop(file);
-    fs::rename(temp, final_path)
-        .with_context(|| format!("renaming {} to {}", temp.display(), final_path.display()))?;
-    if let Some(dir) = final_path.parent() {
-        sync_dir(dir).with_context(|| format!("fsync {}", dir.display()))?;
-    }
+    dir.rename(temp, final_name).with_context(|| {
+        format!(
+            "renaming {} to {}",
+            shown.display(),
+            dir.shown(final_name).display()
+        )
+    })?;
+    dir.sync()
+        .with_context(|| format!("fsync {}", dir.path().display()))?;
     Ok(bytes)
 }
 
 fn write_row_group(
     writer: &mut ArrowWriter<BufWriter<File>>,
     batch: &RecordBatch,
-    path: &Path,
+    path: &std::path::Path,
 ) -> anyhow::Result<()> {
     writer
         .write(batch)
@@ -345,9 +336,12 @@ fn write_row_group(
 }
 
 impl TableSink {
-    pub fn new(recording: &Path, table: &'static Table, stamp: &FileStamp) -> anyhow::Result<Self> {
-        let dir = recording.join(table.name);
-        crate::recording::create_private_dir(&dir)?;
+    pub fn new(
+        recording: &PrivateDir,
+        table: &'static Table,
+        stamp: &FileStamp,
+    ) -> anyhow::Result<Self> {
+        let dir = recording.subdir(table.name)?;
         let metadata = layout::file_metadata(
             table.name,
             &stamp.host,
@@ -395,7 +389,9 @@ impl TableSink {
             if io_is_disk_full(&e) {
                 return Ok(Written::DiskFull { dropped: rows });
             }
-            return Err(e).with_context(|| format!("writing {}", chunk.journal_path.display()));
+            return Err(e).with_context(|| {
+                format!("writing {}", self.dir.shown(&chunk.journal_name).display())
+            });
         }
         chunk.journal_len += entry.len() as u64;
         chunk.pending.push(batch.clone());
@@ -418,11 +414,11 @@ impl TableSink {
         let Some(writer) = chunk.parquet.as_mut() else {
             return Ok(());
         };
-        match write_row_group(writer, &sorted, &chunk.temp_path) {
+        match write_row_group(writer, &sorted, &self.dir.shown(&chunk.temp_name)) {
             Ok(()) => Ok(()),
             Err(e) if is_disk_full(&e) => {
                 chunk.parquet = None;
-                let _ = fs::remove_file(&chunk.temp_path);
+                let _ = self.dir.remove(&chunk.temp_name);
                 Ok(())
             }
             Err(e) => Err(e),
@@ -430,32 +426,26 @@ impl TableSink {
     }
 
     fn open_chunk(&self, file_name: &str) -> anyhow::Result<OpenChunk> {
-        let final_path = self.dir.join(file_name);
-        let temp_path = self.dir.join(layout::temp_file_name(file_name));
-        let journal_path = self.dir.join(layout::journal_file_name(file_name));
-        let journal = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE)
-            .open(&journal_path)
-            .with_context(|| format!("creating {}", journal_path.display()))?;
+        let temp_name = layout::temp_file_name(file_name);
+        let journal_name = layout::journal_file_name(file_name);
         // A journal of this name can only be left from a run that died
-        // before recovery: never append behind its torn tail.
-        journal
-            .set_len(0)
-            .with_context(|| format!("creating {}", journal_path.display()))?;
-        let parquet = match start_parquet(&temp_path, self.table, &self.props) {
+        // before recovery: it is replaced, never appended to behind its torn
+        // tail.
+        let journal = self
+            .dir
+            .create_file(&journal_name)
+            .with_context(|| format!("creating {}", self.dir.shown(&journal_name).display()))?;
+        let parquet = match start_parquet(&self.dir, &temp_name, self.table, &self.props) {
             Ok(writer) => Some(writer),
             Err(e) if is_disk_full(&e) => None,
             Err(e) => return Err(e),
         };
         Ok(OpenChunk {
             parquet,
-            temp_path,
-            final_path,
+            temp_name,
+            final_name: file_name.into(),
             journal,
-            journal_path,
+            journal_name,
             journal_len: 0,
             pending: RowGroupBuffer::default(),
             dir_synced: false,
@@ -471,9 +461,11 @@ impl TableSink {
         chunk
             .journal
             .sync_data()
-            .with_context(|| format!("fsync {}", chunk.journal_path.display()))?;
+            .with_context(|| format!("fsync {}", self.dir.shown(&chunk.journal_name).display()))?;
         if !chunk.dir_synced {
-            sync_dir(&self.dir).with_context(|| format!("fsync {}", self.dir.display()))?;
+            self.dir
+                .sync()
+                .with_context(|| format!("fsync {}", self.dir.path().display()))?;
             chunk.dir_synced = true;
         }
         Ok(())
@@ -489,17 +481,19 @@ impl TableSink {
             // Opened, but the disk filled before its first entry: a file of
             // no rows would only be one more thing to read.
             let chunk = self.open.take().expect("checked above");
-            let _ = fs::remove_file(&chunk.temp_path);
-            let _ = fs::remove_file(&chunk.journal_path);
+            let _ = self.dir.remove(&chunk.temp_name);
+            let _ = self.dir.remove(&chunk.journal_name);
             return Ok(Closed::Nothing);
         }
         let finished = self.write_pending().and_then(|()| {
             let chunk = self.open.as_mut().expect("checked above");
             match chunk.parquet.take() {
-                Some(writer) => finish_parquet(writer, &chunk.temp_path, &chunk.final_path),
+                Some(writer) => {
+                    finish_parquet(writer, &self.dir, &chunk.temp_name, &chunk.final_name)
+                }
                 None => {
                     // The Parquet file was given up on a full disk: rebuild it.
-                    let rebuilt = recover_journal(self.table, &chunk.journal_path)?;
+                    let rebuilt = recover_journal(self.table, &self.dir, &chunk.journal_name)?;
                     Ok(rebuilt.map_or(0, |r| r.bytes))
                 }
             }
@@ -510,18 +504,30 @@ impl TableSink {
                 self.bytes_written += bytes;
                 // After the rename: a crash in between leaves both, and readers
                 // and recovery prefer the Parquet file.
-                let _ = fs::remove_file(&chunk.journal_path);
+                let _ = self.dir.remove(&chunk.journal_name);
                 Ok(Closed::File {
-                    path: chunk.final_path,
+                    path: self.dir.shown(&chunk.final_name),
                     peak_bytes: chunk.journal_len + bytes,
                 })
             }
             Err(e) if is_disk_full(&e) => {
-                let _ = fs::remove_file(&chunk.temp_path);
-                Ok(Closed::Deferred(chunk.journal_path))
+                let _ = self.dir.remove(&chunk.temp_name);
+                Ok(Closed::Deferred(chunk.journal_name))
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl TableSink {
+    /// Closes a chunk that [`Closed::Deferred`] left as its journal
+    /// `journal_name`, counting the file's bytes as written.
+    pub fn recover(&mut self, journal_name: &str) -> anyhow::Result<Option<Recovered>> {
+        let recovered = recover_journal(self.table, &self.dir, journal_name)?;
+        if let Some(r) = &recovered {
+            self.bytes_written += r.bytes;
+        }
+        Ok(recovered)
     }
 }
 
@@ -536,41 +542,41 @@ pub struct Recovered {
     pub torn: bool,
 }
 
-/// Turns the journal at `journal_path` (of `table`) into the sorted Parquet
-/// chunk it stands for, then removes it. A journal whose chunk is already
-/// in place (the recorder died between rename and removal) is just
+/// Turns the journal `journal_name` in `dir` (of `table`) into the sorted
+/// Parquet chunk it stands for, then removes it. A journal whose chunk is
+/// already in place (the recorder died between rename and removal) is just
 /// removed; one without a single complete entry too. Returns what was written.
 pub fn recover_journal(
     table: &'static Table,
-    journal_path: &Path,
+    dir: &PrivateDir,
+    journal_name: &str,
 ) -> anyhow::Result<Option<Recovered>> {
-    let name = journal_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let chunk_name = layout::chunk_of_journal(&name)
+    let journal_path = dir.shown(journal_name);
+    let chunk_name = layout::chunk_of_journal(journal_name)
         .with_context(|| format!("{}: not a journal", journal_path.display()))?;
-    let dir = journal_path.parent().unwrap_or(Path::new("."));
-    let final_path = dir.join(chunk_name);
-    let temp_path = dir.join(layout::temp_file_name(chunk_name));
+    let temp_name = layout::temp_file_name(chunk_name);
     let remove_journal = || {
-        fs::remove_file(journal_path)
+        dir.remove(journal_name)
             .with_context(|| format!("removing {}", journal_path.display()))
     };
-    if final_path.exists() {
+    if dir.regular_size(chunk_name).is_some() {
         remove_journal()?;
         return Ok(None);
     }
-    let mut entries = journal::JournalReader::open(journal_path)
+    let file = dir
+        .open_regular(journal_name)
         .with_context(|| format!("reading {}", journal_path.display()))?;
+    let mut entries = journal::JournalReader::new(io::BufReader::with_capacity(1 << 20, file));
     let mut writer = None;
     let mut pending = RowGroupBuffer::default();
     let mut rows = 0u64;
+    let temp_path = dir.shown(&temp_name);
     while let Some(batch) = entries.next() {
         if writer.is_none() {
             let stamp = FileStamp::from_metadata(entries.metadata().expect("after an entry"));
             writer = Some(start_parquet(
-                &temp_path,
+                dir,
+                &temp_name,
                 table,
                 &writer_properties(table, &stamp),
             )?);
@@ -591,11 +597,11 @@ pub fn recover_journal(
     if let Some(sorted) = pending.take_sorted(table)? {
         write_row_group(&mut writer, &sorted, &temp_path)?;
     }
-    let bytes = finish_parquet(writer, &temp_path, &final_path)?;
+    let bytes = finish_parquet(writer, dir, &temp_name, chunk_name)?;
     remove_journal()?;
     Ok(Some(Recovered {
         table: table.name,
-        path: final_path,
+        path: dir.shown(chunk_name),
         rows,
         bytes,
         torn,
@@ -605,32 +611,45 @@ pub fn recover_journal(
 /// Recovers every journal of a recording into chunks and removes the
 /// half-written Parquet temporaries a killed recorder left (their rows are
 /// in the journals). Run at every start in the directory and by
-/// `hindsight-record recover`.
-pub fn recover_recording(recording: &Path) -> anyhow::Result<Vec<Recovered>> {
+/// `hindsight-record recover`. Only regular files are read or removed; a
+/// table directory that is a link is refused (see [`PrivateDir`]).
+pub fn recover_recording(recording: &PrivateDir) -> anyhow::Result<Vec<Recovered>> {
     let mut recovered = Vec::new();
+    let present: Vec<String> = recording
+        .entries()
+        .with_context(|| format!("reading {}", recording.path().display()))?
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     for table in TABLES {
-        let dir = recording.join(table.name);
-        let Ok(entries) = fs::read_dir(&dir) else {
+        if !present.iter().any(|name| name == table.name) {
             continue;
-        };
-        let mut names: Vec<String> = entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+        }
+        let dir = recording.subdir(table.name)?;
+        let files: Vec<String> = dir
+            .entries()
+            .with_context(|| format!("reading {}", dir.path().display()))?
+            .into_iter()
+            .filter(|e| e.is_file())
+            .map(|e| e.name)
             .collect();
-        names.sort();
-        for name in names
+        for name in files
             .iter()
             .filter(|n| layout::chunk_of_journal(n).is_some())
         {
-            recovered.extend(recover_journal(table, &dir.join(name))?);
+            recovered.extend(recover_journal(table, &dir, name)?);
         }
-        for name in names
+        for name in files
             .iter()
             .filter(|n| n.starts_with('.') && n.ends_with(layout::TEMP_SUFFIX))
         {
-            let path = dir.join(name);
-            if path.exists() {
-                fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            match dir.remove(name) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("removing {}", dir.shown(name).display()))
+                }
             }
         }
     }
@@ -642,6 +661,11 @@ pub(crate) mod tests {
     use arrow::array::AsArray;
     use arrow::datatypes::Int32Type;
     use parquet::{arrow::arrow_reader::ParquetRecordBatchReaderBuilder, file::reader::FileReader};
+
+    use std::{
+        fs::{self, OpenOptions},
+        path::Path,
+    };
 
     use super::*;
     use crate::rows::SchedSwitchRows;
@@ -729,7 +753,12 @@ pub(crate) mod tests {
     }
 
     fn sink(dir: &Path) -> TableSink {
-        TableSink::new(dir, &hindsight_schemas::tables::SCHED_SWITCH, &stamp()).unwrap()
+        TableSink::new(
+            &PrivateDir::open(dir).unwrap(),
+            &hindsight_schemas::tables::SCHED_SWITCH,
+            &stamp(),
+        )
+        .unwrap()
     }
 
     fn names(dir: &Path) -> Vec<String> {
@@ -806,7 +835,7 @@ pub(crate) mod tests {
             [".c-000007.parquet.journal", ".c-000007.parquet.tmp"]
         );
 
-        let recovered = recover_recording(dir.path()).unwrap();
+        let recovered = recover_recording(&PrivateDir::open(dir.path()).unwrap()).unwrap();
         assert_eq!(recovered.len(), 1);
         assert_eq!((recovered[0].rows, recovered[0].torn), (6, true));
         assert_eq!(names(&table_dir), ["c-000007.parquet"]);
@@ -825,7 +854,9 @@ pub(crate) mod tests {
             .iter()
             .any(|k| k.key == layout::key::BOOT_ID && k.value.as_deref() == Some("b")));
         assert!(
-            recover_recording(dir.path()).unwrap().is_empty(),
+            recover_recording(&PrivateDir::open(dir.path()).unwrap())
+                .unwrap()
+                .is_empty(),
             "idempotent"
         );
     }
@@ -843,7 +874,9 @@ pub(crate) mod tests {
         let kept = fs::read(&journal).unwrap();
         sink.close_chunk().unwrap();
         fs::write(&journal, kept).unwrap();
-        assert!(recover_recording(dir.path()).unwrap().is_empty());
+        assert!(recover_recording(&PrivateDir::open(dir.path()).unwrap())
+            .unwrap()
+            .is_empty());
         assert_eq!(names(&table_dir), ["c-000001.parquet"]);
     }
 
@@ -873,12 +906,7 @@ pub(crate) mod tests {
     #[test]
     fn chunks_appear_only_when_closed_sorted_and_stamped() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = TableSink::new(
-            dir.path(),
-            &hindsight_schemas::tables::SCHED_SWITCH,
-            &stamp(),
-        )
-        .unwrap();
+        let mut sink = sink(dir.path());
         let mut rows = SchedSwitchRows::new();
         for (ts, cpu) in [(30, 1), (10, 0), (20, 1), (5, 0)] {
             rows.ts.append_value(ts);
@@ -918,7 +946,7 @@ pub(crate) mod tests {
         assert_eq!(visible(), vec!["c-000000.parquet"]);
         assert_eq!(
             fs::metadata(&closed).unwrap().permissions().mode() & 0o777,
-            FILE_MODE
+            crate::private_dir::FILE_MODE
         );
 
         let reader =

@@ -29,7 +29,7 @@
 //! that could not be closed are closed from their journals later.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError},
@@ -43,7 +43,8 @@ use anyhow::{anyhow, Context};
 use arrow::record_batch::RecordBatch;
 use hindsight_schemas::{Table, TABLES};
 
-use crate::sink::{is_disk_full, recover_journal, Closed, FileStamp, TableSink, Written};
+use crate::private_dir::PrivateDir;
+use crate::sink::{is_disk_full, Closed, FileStamp, TableSink, Written};
 
 /// Batches that may wait for the writer; each is at most `BATCH_ROWS` rows.
 const QUEUE: usize = 2;
@@ -114,7 +115,7 @@ impl Writer {
     /// Creates a sink per table under `recording` and starts the thread,
     /// which fsyncs the journals every `sync_every`.
     pub fn start(
-        recording: &Path,
+        recording: &PrivateDir,
         stamp: &FileStamp,
         sync_every: Duration,
     ) -> anyhow::Result<Writer> {
@@ -126,7 +127,7 @@ impl Writer {
         let stats = Arc::new(WriterStats::default());
         let mut thread = WriterThread {
             sinks,
-            recording: recording.to_path_buf(),
+            recording: recording.path().to_path_buf(),
             stats: Arc::clone(&stats),
             sync_every,
             deferred: Vec::new(),
@@ -266,7 +267,7 @@ struct WriterThread {
     sync_every: Duration,
     /// Journals of chunks whose close failed on a full disk: closed from
     /// their journals as soon as a close succeeds again.
-    deferred: Vec<(&'static Table, PathBuf)>,
+    deferred: Vec<(&'static Table, String)>,
     outage: Option<Outage>,
 }
 
@@ -425,16 +426,15 @@ impl WriterThread {
         // Chunks left open by a full disk, closed now if there is room.
         let mut still_deferred = Vec::new();
         for (table, journal) in std::mem::take(&mut self.deferred) {
-            match recover_journal(table, &journal) {
+            let sink = self
+                .sinks
+                .iter_mut()
+                .find(|s| s.table().name == table.name)
+                .expect("a sink per table");
+            match sink.recover(&journal) {
                 Ok(recovered) => {
-                    if let Some(r) = recovered {
+                    if recovered.is_some() {
                         self.stats.files.fetch_add(1, Ordering::Relaxed);
-                        let sink = self
-                            .sinks
-                            .iter_mut()
-                            .find(|s| s.table().name == table.name)
-                            .expect("a sink per table");
-                        sink.bytes_written += r.bytes;
                     }
                 }
                 Err(e) if is_disk_full(&e) => still_deferred.push((table, journal)),
@@ -465,7 +465,12 @@ mod tests {
     fn batches_written_while_a_chunk_closes_go_to_the_next_chunk() {
         let dir = tempfile::tempdir().unwrap();
         let table_dir = dir.path().join("sched_switch");
-        let mut writer = Writer::start(dir.path(), &stamp(), Duration::from_secs(1)).unwrap();
+        let mut writer = Writer::start(
+            &PrivateDir::open(dir.path()).unwrap(),
+            &stamp(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         let first = "a-000000.parquet";
         let second = "b-000001.parquet";
         writer
@@ -507,7 +512,12 @@ mod tests {
     fn a_close_asked_for_during_another_ends_the_first_one_first() {
         let dir = tempfile::tempdir().unwrap();
         let table_dir = dir.path().join("sched_switch");
-        let mut writer = Writer::start(dir.path(), &stamp(), Duration::from_secs(1)).unwrap();
+        let mut writer = Writer::start(
+            &PrivateDir::open(dir.path()).unwrap(),
+            &stamp(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         writer
             .write(&SCHED_SWITCH, switches(&[(1, 0)]), "a-000000.parquet")
             .unwrap();

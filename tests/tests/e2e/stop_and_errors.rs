@@ -226,6 +226,39 @@ fn setups_that_cannot_work_are_refused_with_one_clear_line() {
         "the foreign directory is untouched"
     );
 
+    // Directories that another user could write into: whoever can plant a
+    // link there could make a root recorder overwrite any file.
+    for (name, owner, mode, says) in [
+        ("theirs", 65534, 0o750, "owned by uid 65534"),
+        (
+            "shared",
+            0,
+            0o777,
+            "writable by its group or others (mode 777)",
+        ),
+    ] {
+        let dir = scratch.dir.path().join(name);
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(owner), None).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        let (code, message) = refused(
+            Command::new(bin("hindsight-record"))
+                .arg("-o")
+                .arg(&dir)
+                .args(["-d", "1s"]),
+        );
+        assert_eq!(code, 2, "{message}");
+        assert!(
+            message.contains(name) && message.contains(says),
+            "{message}"
+        );
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{name} was written into"
+        );
+    }
+
     // An event group that does not exist.
     let (code, message) = refused(
         Command::new(bin("hindsight-record"))
@@ -235,4 +268,54 @@ fn setups_that_cannot_work_are_refused_with_one_clear_line() {
     );
     assert_eq!(code, 2, "{message}");
     assert!(message.contains("unknown event group 'bogus'"), "{message}");
+}
+
+/// Links planted where a root recorder writes or reads (the lock,
+/// recording.json's temporary, a table's journal and Parquet temporary)
+/// are replaced or passed over: the file they point to is untouched, and
+/// the recorder records.
+#[test]
+fn links_planted_in_a_recording_are_never_followed() {
+    use hindsight_schemas::layout;
+    use std::os::unix::fs::symlink;
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let victim = scratch.dir.path().join("victim");
+    fs::write(&victim, "precious").unwrap();
+    let rec = scratch.rec();
+    fs::create_dir(&rec).unwrap();
+    symlink(&victim, rec.join(layout::LOCK_FILE)).unwrap();
+    let record = || {
+        let out = run(Command::new(bin("hindsight-record"))
+            .arg("-o")
+            .arg(&rec)
+            .args(["--events", "sched", "-d", "1s"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sql_count(&rec, "SELECT count(*) FROM sched_switch")
+    };
+    let first = record();
+    assert!(first > 0);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+
+    let chunk = layout::chunk_file_name(0, 1);
+    let table = rec.join("sched_switch");
+    for link in [
+        rec.join(layout::temp_file_name(layout::RECORDING_FILE)),
+        table.join(layout::journal_file_name(&chunk)),
+        table.join(layout::temp_file_name(&chunk)),
+    ] {
+        symlink(&victim, link).unwrap();
+    }
+    let second = record();
+    assert!(
+        second > first,
+        "{second} switches after a second run of {first}"
+    );
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+    let meta = fs::read_to_string(rec.join(layout::RECORDING_FILE)).unwrap();
+    assert_eq!(meta.matches("\"started\"").count(), 2, "{meta}");
 }
