@@ -8,7 +8,9 @@
 //! pointers only), so it uses nothing but `std`. Its system calls are made
 //! inline from the named functions, not through libc (built without frame
 //! pointers): the interrupted or blocked instruction is then inside the
-//! function whose name the test looks for.
+//! function whose name the test looks for. Then it naps a few times more
+//! through libc (`std::thread::sleep`, libc's `nanosleep`), so that a libc
+//! function is the leaf of those off-CPU stacks.
 //!
 //! Usage: hs-stacks [--burn-ms N] [--naps N] [--nap-ms N]
 
@@ -134,6 +136,9 @@ fn main() {
         one += burn_one_part(10_000_000);
     }
     let slept = sleep_in_named_function(naps, nap_ns);
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // SAFETY: sysconf has no preconditions; _SC_CLK_TCK is 2 on Linux.
     extern "C" {
         fn sysconf(name: i32) -> i64;

@@ -109,7 +109,8 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
         switches as i64,
         sql_count(&rec, "SELECT count(*) FROM sched_switch")
     );
-    let expected: Vec<Slice> = sql(
+    // Both sorted, neither deduplicated: a slice twice in either differs.
+    let mut expected: Vec<Slice> = sql(
         &rec,
         "SELECT CAST(ts AS BIGINT) AS ts, CAST(ts_end AS BIGINT) AS ts_end, cpu, tid FROM cpu_time",
     )
@@ -118,9 +119,8 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
         let n = |k: &str| r[k].as_i64().unwrap();
         (n("ts"), n("ts_end"), n("cpu"), n("tid"))
     })
-    .collect::<std::collections::BTreeSet<_>>()
-    .into_iter()
     .collect();
+    expected.sort();
     let slices = slices_of(&trace);
     eprint!("{} slices; {summary}", slices.len());
     assert!(slices.len() > 1000, "{} slices: {summary}", slices.len());
@@ -149,7 +149,7 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
         );
     }
     // Every counter sample and every recorded fault, once.
-    let (mut counter_values, mut faults, mut samples) = (0i64, 0i64, 0i64);
+    let (mut counter_values, mut faults, mut samples, mut with_stack) = (0i64, 0i64, 0i64, 0i64);
     for p in &trace.packet {
         match &p.data {
             Some(trace_packet::Data::TrackEvent(e)) if e.r#type() == track_event::Type::Counter => {
@@ -160,7 +160,7 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
             }
             Some(trace_packet::Data::PerfSample(s)) => {
                 samples += 1;
-                assert!(s.callstack_iid.is_some() || s.tid() != 0);
+                with_stack += i64::from(s.callstack_iid.is_some());
             }
             _ => {}
         }
@@ -173,6 +173,12 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
     assert!(recorded_faults > 0, "the touch workload faulted");
     assert_eq!(faults, recorded_faults);
     assert_eq!(samples, sql_count(&rec, "SELECT count(*) FROM cpu_sample"));
+    let stacked = sql_count(
+        &rec,
+        "SELECT count(*) FROM cpu_sample WHERE stack_id IS NOT NULL",
+    );
+    assert!(stacked > 0, "no sample has a stack");
+    assert_eq!(with_stack, stacked, "samples with a callstack");
 
     // pprof: the flame graph's totals, overall and for the burner.
     let burner_pid = burner["pid"].as_i64().unwrap().to_string();
@@ -200,13 +206,41 @@ fn perfetto_slices_equal_cpu_time_and_pprof_totals_equal_the_flame_graph() {
             .args(&flame[..1])
             .arg(&rec)
             .args(&flame[1..]));
-        let folded_total: i64 = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap())
-            .sum();
+        let mut folded: BTreeMap<String, i64> = BTreeMap::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let (stack, weight) = line.rsplit_once(' ').unwrap();
+            *folded.entry(stack.to_string()).or_default() += weight.parse::<i64>().unwrap();
+        }
+        let folded_total: i64 = folded.values().sum();
         assert!(folded_total > 0, "{filters:?}: samples were taken");
         assert_eq!(total, folded_total, "{filters:?}");
+        // Stack by stack: the profile's samples are leaf first, the
+        // thread's name as their root, as folded lines are root first.
+        let mut profiled: BTreeMap<String, i64> = BTreeMap::new();
+        for sample in &profile.sample {
+            let frames: Vec<&str> = sample
+                .location_id
+                .iter()
+                .rev()
+                .map(|id| {
+                    let location = &profile.location[*id as usize - 1];
+                    let function = &profile.function[location.line[0].function_id as usize - 1];
+                    profile.string_table[function.name as usize].as_str()
+                })
+                .collect();
+            *profiled.entry(frames.join(";")).or_default() += sample.value[0];
+        }
+        let differ: Vec<_> = folded
+            .iter()
+            .filter(|(stack, weight)| profiled.get(*stack) != Some(weight))
+            .take(3)
+            .collect();
+        assert!(
+            profiled.len() == folded.len() && differ.is_empty(),
+            "{filters:?}: {} stacks in the profile, {} folded; first that differ: {differ:?}",
+            profiled.len(),
+            folded.len()
+        );
         assert_eq!(cpu_ns, total * (1_000_000_000 / 199), "{filters:?}");
     }
 }
