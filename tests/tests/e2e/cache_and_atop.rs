@@ -79,9 +79,38 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
     );
     // The burner runs at nice -20; so must the sampler, or it may not run.
     recorder.keep_on_time();
+    // The test's own /proc/stat readings, every 20 ms: (when, busy ticks,
+    // all ticks), busy as atop counts it (all but idle and iowait).
+    let polling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let polling = std::sync::Arc::clone(&polling);
+        thread::spawn(move || {
+            let mut readings = Vec::new();
+            while polling.load(std::sync::atomic::Ordering::Relaxed) {
+                let stat = std::fs::read_to_string("/proc/stat").unwrap();
+                let ticks: Vec<i64> = stat
+                    .lines()
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .skip(1)
+                    .take(8)
+                    .map(|t| t.parse().unwrap())
+                    .collect();
+                let all: i64 = ticks.iter().sum();
+                readings.push((crate::fixture::utc_now_ns(), all - ticks[3] - ticks[4], all));
+                thread::sleep(Duration::from_millis(20));
+            }
+            readings
+        })
+    };
     let sleeper = thread::spawn(|| load(&["sleep", "5"]));
+    let burn_start = crate::fixture::utc_now_ns();
     let burner = load(&["burn", "5"]);
+    let burn_end = crate::fixture::utc_now_ns();
     let sleeper = sleeper.join().unwrap();
+    polling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let readings = poller.join().unwrap();
     thread::sleep(Duration::from_millis(300));
     recorder.stop();
 
@@ -123,16 +152,45 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
         !sleeping.is_empty() && sleeping.iter().all(|(p, _)| *p < 2.0),
         "sleeper CPU %: {sleeping:?}"
     );
-    // The system lines are there too, and the CPUs are busy at least by the burner's share.
-    let total_busy: Vec<f64> = rows
+    // The system lines are there too: every interval inside the burn is
+    // as busy as the test's own /proc/stat readings at its two samples say.
+    let utc = |r: &serde_json::Value, key: &str| {
+        chrono::DateTime::parse_from_rfc3339(r[key].as_str().unwrap())
+            .unwrap()
+            .timestamp_nanos_opt()
+            .unwrap()
+    };
+    let nearest = |ts: i64| {
+        *readings
+            .iter()
+            .min_by_key(|(at, _, _)| (at - ts).abs())
+            .unwrap()
+    };
+    let mut compared = Vec::new();
+    for row in rows
         .iter()
         .filter(|r| r["kind"] == "cpu" && r["cpu"] == "all")
-        .filter_map(|r| r["busy_pct"].as_f64())
-        .collect();
+    {
+        let (from, to) = (utc(row, "sample_from"), utc(row, "sample_to"));
+        if from < burn_start || to > burn_end {
+            continue;
+        }
+        let ((_, busy1, all1), (_, busy2, all2)) = (nearest(from), nearest(to));
+        let truth = 100.0 * (busy2 - busy1) as f64 / (all2 - all1) as f64;
+        let reported = row["busy_pct"].as_f64().unwrap();
+        compared.push((reported, truth));
+        assert!(
+            reported >= 45.0 && (reported - truth).abs() <= 5.0,
+            "busy {reported:.1} % in {}..{}, /proc/stat says {truth:.1} %",
+            row["sample_from"],
+            row["sample_to"]
+        );
+    }
     assert!(
-        total_busy.iter().any(|b| *b >= 45.0),
-        "one of two CPUs burning: {total_busy:?}"
+        !compared.is_empty(),
+        "no interval inside the burn: {rows:?}"
     );
+    eprintln!("busy %, reported vs /proc/stat: {compared:?}");
 }
 
 /// `report atop`'s rows (every process's) of a recording at `interval`, as JSON.

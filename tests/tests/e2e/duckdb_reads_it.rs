@@ -65,7 +65,9 @@ print(json.dumps(tables))
     eprintln!(
         "DuckDB and hindsight compared on {} tables, {} columns",
         duck.len(),
-        duck.values().map(|a| a.as_array().unwrap().len() - 1).sum::<usize>()
+        duck.values()
+            .map(|a| a.as_array().unwrap().len() - 1)
+            .sum::<usize>()
     );
     for (table, aggregates) in &duck {
         let aggregates = aggregates.as_array().unwrap();

@@ -9,8 +9,16 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
     // tests' recorders and workloads: twice the default ring rides out their
     // bursts (with the 4 MiB default, 8,360 of ~70,000 events were dropped,
     // and counted, in one run). What this checks is exactness, not the ring.
+    let threads = || -> std::collections::BTreeSet<i64> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect()
+    };
+    let threads_before = threads();
     let recorder = Recorder::start(&rec, &["--chunk", "2s", "--ring-size", "8M"]);
     let truth = pingpong(20_000);
+    let threads_throughout: Vec<i64> = threads_before.intersection(&threads()).copied().collect();
     settle();
     let log = recorder.stop();
     assert!(
@@ -88,14 +96,23 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
     let cmdline = exec[0]["cmdline"].as_str().unwrap();
     assert!(cmdline.ends_with("hs-pingpong --rounds 20000"), "{cmdline}");
 
-    // Every thread already running at start has a scan row: this test process is one.
+    // Every thread already running at start has a scan row: this test
+    // process's threads that lived from before the start to after the stop.
     let me = std::process::id();
-    assert!(
-        sql_count(
-            &rec,
-            &format!("SELECT count(*) AS n FROM process WHERE event = 'scan' AND pid = {me}")
-        ) >= 1
-    );
+    let scanned: std::collections::BTreeSet<i64> = sql(
+        &rec,
+        &format!("SELECT tid FROM process WHERE event = 'scan' AND pid = {me}"),
+    )
+    .iter()
+    .map(|r| r["tid"].as_i64().unwrap())
+    .collect();
+    assert!(!threads_throughout.is_empty());
+    for tid in &threads_throughout {
+        assert!(
+            scanned.contains(tid),
+            "thread {tid} of {me} has no scan row: {scanned:?}"
+        );
+    }
 }
 
 #[test]
@@ -108,13 +125,41 @@ fn timestamps_are_utc_and_inside_the_recording() {
         .unwrap()
         .as_nanos() as i64;
     let recorder = Recorder::start(&rec, &[]);
-    pingpong(500);
+    let workload_start = crate::fixture::utc_now_ns();
+    let truth = pingpong(500);
+    let workload_end = crate::fixture::utc_now_ns();
     settle();
     recorder.stop();
     let after = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i64;
+    // The workload's own switches lie inside the tens of milliseconds it
+    // ran, read on the test's clock: no offset between the clocks hides.
+    let tids: Vec<String> = truth["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tid"].to_string())
+        .collect();
+    let span = &sql(
+        &rec,
+        &format!(
+            "SELECT CAST(min(ts) AS BIGINT) AS first, CAST(max(ts) AS BIGINT) AS last, count(*) AS n              FROM sched_switch WHERE prev_tid IN ({})",
+            tids.join(", ")
+        ),
+    )[0];
+    let (first, last) = (
+        span["first"].as_i64().unwrap(),
+        span["last"].as_i64().unwrap(),
+    );
+    assert!(
+        span["n"].as_i64().unwrap() >= 500
+            && workload_start <= first
+            && last <= workload_end,
+        "the workload's switches {first}..{last} ({} of them), its run {workload_start}..{workload_end}",
+        span["n"]
+    );
     let rows = sql(
         &rec,
         "SELECT CAST(min(ts) AS BIGINT) AS first, CAST(max(ts) AS BIGINT) AS last, count(*) AS n FROM sched_switch",

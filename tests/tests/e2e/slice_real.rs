@@ -58,6 +58,32 @@ fn slicing_the_middle_of_a_real_recording_keeps_exactly_its_rows() {
             assert_eq!(kept, full, "{table}: only the window");
         }
     }
+    // Nothing after the window, and before it only each counter series'
+    // last sample in the source, the baseline of the window's first delta.
+    for table in ["sched_switch", "counter", "task_stat", "process"] {
+        let after = format!("SELECT count(*) AS n FROM {table} WHERE ts >= TIMESTAMP '{to}'");
+        assert_eq!(sql_count(&cut, &after), 0, "{table} after the window");
+    }
+    let baselines = sql_count(
+        &rec,
+        &format!(
+            "SELECT count(*) AS n FROM (
+               SELECT source, name, scope FROM counter WHERE ts < TIMESTAMP '{from}'
+               GROUP BY source, name, scope) b
+             JOIN (SELECT DISTINCT source, name, scope FROM counter WHERE {window}) w
+             ON b.source = w.source AND b.name = w.name
+               AND (b.scope = w.scope OR (b.scope IS NULL AND w.scope IS NULL))"
+        ),
+    );
+    assert!(baselines > 0, "the counters sampled before the window");
+    assert_eq!(
+        sql_count(
+            &cut,
+            &format!("SELECT count(*) AS n FROM counter WHERE ts < TIMESTAMP '{from}'")
+        ),
+        baselines,
+        "one baseline sample a counter series"
+    );
     // Several source chunks (1 s each) overlapped the window.
     let files = std::fs::read_dir(cut.join("sched_switch")).unwrap().count();
     assert!(files >= 2, "{files} files");
@@ -96,6 +122,25 @@ fn slicing_the_middle_of_a_real_recording_keeps_exactly_its_rows() {
         &format!("SELECT count(*) AS n FROM process WHERE pid = {child}"),
     );
     assert!(named >= 1, "the child's process rows are kept");
+    // The system's counters whole for the window; its wakeups only where
+    // the child woke or was woken.
+    let in_window = |dir: &std::path::Path, table: &str, cond: &str| {
+        sql_count(
+            dir,
+            &format!("SELECT count(*) AS n FROM {table} WHERE {window} AND {cond}"),
+        )
+    };
+    assert_eq!(
+        in_window(&by_pid, "counter", "TRUE"),
+        in_window(&rec, "counter", "TRUE")
+    );
+    let woke = format!("(pid = {child} OR waker_pid = {child})");
+    let wakeups = in_window(&rec, "sched_wakeup", &woke);
+    assert!(wakeups >= 1_000, "the child's wakeups: {wakeups}");
+    assert_eq!(
+        sql_count(&by_pid, "SELECT count(*) AS n FROM sched_wakeup"),
+        wakeups
+    );
 
     let info = run(Command::new(bin("hindsight")).arg("info").arg(&by_pid));
     let text = String::from_utf8_lossy(&info.stdout);
