@@ -671,12 +671,17 @@ mod tests {
             cpu_nodes(dir.path()),
             [Some(0), Some(0), Some(1), Some(1), Some(0)]
         );
-        // This machine: every CPU on a node.
+        // This machine: every possible CPU, each on a node.
         let here = cpu_nodes(Path::new(NODE_SYSFS));
-        assert!(
-            !here.is_empty() && here.iter().all(|n| n.is_some()),
-            "{here:?}"
+        let possible = crate::procfs::parse_cpu_list(
+            &std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap(),
         );
+        assert_eq!(
+            here.len(),
+            possible.iter().max().map_or(0, |m| *m as usize + 1),
+            "{here:?} for possible CPUs {possible:?}"
+        );
+        assert!(here.iter().all(|n| n.is_some()), "{here:?}");
     }
 
     #[test]

@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn wakeup_marks_new_tasks() {
-        let e = hs_wakeup {
+        let wakeup = |new_task| hs_wakeup {
             h: header(hs_kind::HS_KIND_WAKEUP, 9, 0),
             tid: 5,
             pid: 4,
@@ -698,14 +698,18 @@ mod tests {
             waker_tid: 3,
             waker_pid: 2,
             prio: 120,
-            new_task: 1,
+            new_task,
             comm: comm("w"),
             ..Default::default()
         };
         let mut rows = AllRows::default();
-        Decoder::new(OFFSET).decode(&bytes(&e), &mut rows).unwrap();
+        let decoder = Decoder::new(OFFSET);
+        decoder.decode(&bytes(&wakeup(1)), &mut rows).unwrap();
+        decoder.decode(&bytes(&wakeup(0)), &mut rows).unwrap();
         let b = rows.sched_wakeup.finish();
-        assert!(b.column_by_name("new_task").unwrap().as_boolean().value(0));
+        let new_task = b.column_by_name("new_task").unwrap().as_boolean();
+        assert_eq!((new_task.value(0), new_task.value(1)), (true, false));
+        assert_eq!(new_task.null_count(), 0);
         assert_eq!((int(&b, "target_cpu", 0), int(&b, "waker_pid", 0)), (1, 2));
     }
 

@@ -59,8 +59,13 @@ pub struct Limits {
 /// The default `--max-size` for a recording in `dir`: [`DEFAULT_MAX_SIZE`],
 /// capped to 1/[`DEFAULT_FS_FRACTION`] of its filesystem.
 pub fn default_max_size(dir: &Path) -> u64 {
-    let fs_size = filesystem_size(dir).unwrap_or(u64::MAX);
-    DEFAULT_MAX_SIZE.min(fs_size / DEFAULT_FS_FRACTION)
+    capped_max_size(filesystem_size(dir))
+}
+
+/// [`DEFAULT_MAX_SIZE`] capped to 1/[`DEFAULT_FS_FRACTION`] of a filesystem
+/// of `fs_size` bytes; uncapped when its size is unknown.
+fn capped_max_size(fs_size: Option<u64>) -> u64 {
+    DEFAULT_MAX_SIZE.min(fs_size.unwrap_or(u64::MAX) / DEFAULT_FS_FRACTION)
 }
 
 /// Size of the filesystem holding `dir` (or its nearest existing parent).
@@ -510,7 +515,26 @@ mod tests {
 
     #[test]
     fn the_default_budget_is_capped_by_the_filesystem() {
-        let here = default_max_size(Path::new("/tmp/does/not/exist/yet"));
-        assert!(here > 0 && here <= DEFAULT_MAX_SIZE, "{here}");
+        const GIB: u64 = 1 << 30;
+        let cases = [
+            // Unknown size: 2 GiB.
+            (None, 2 * GIB),
+            // A tenth of a small disk.
+            (Some(10 * GIB), GIB),
+            (Some(1000), 100),
+            // At 20 GiB a tenth is 2 GiB; past it, 2 GiB stays the budget.
+            (Some(20 * GIB), 2 * GIB),
+            (Some(20 * GIB + 100), 2 * GIB),
+            (Some(500 * GIB), 2 * GIB),
+        ];
+        for (fs_size, want) in cases {
+            assert_eq!(capped_max_size(fs_size), want, "{fs_size:?}");
+        }
+        // A directory not made yet is measured on its nearest parent.
+        let path = Path::new("/tmp/does/not/exist/yet");
+        let size = filesystem_size(path);
+        assert_eq!(size, filesystem_size(Path::new("/tmp")));
+        assert!(size.is_some_and(|s| s > 0), "{size:?}");
+        assert_eq!(default_max_size(path), capped_max_size(size));
     }
 }

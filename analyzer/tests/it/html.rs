@@ -5,6 +5,8 @@
 use std::fs;
 use std::path::Path;
 
+use base64::Engine as _;
+
 use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, LOSS, STACK};
 use serde_json::{json, Value};
 
@@ -135,7 +137,18 @@ fn the_page_is_one_file_that_lists_and_shades_the_burst() {
         .into_iter()
         .find(|v| v.starts_with("data:image/svg+xml;base64,"))
         .expect("an embedded flame graph");
-    assert!(flame.len() > 1000, "{flame}");
+    let svg = base64::engine::general_purpose::STANDARD
+        .decode(flame.trim_start_matches("data:image/svg+xml;base64,"))
+        .expect("base64");
+    let svg = String::from_utf8(svg).unwrap();
+    // All 20 samples of the hog, through main into spin_forever.
+    for name in ["hog", "main", "spin_forever"] {
+        assert!(
+            svg.contains(&format!(">{name} (20 samples, 100.00%)<")),
+            "no {name} box of 20 samples in {svg}"
+        );
+    }
+    assert!(!svg.contains("no samples"), "{svg}");
     assert!(html.contains("12 events lost"), "{html}");
     assert!(
         html.contains("<code>ring_full:sched_switch</code>"),

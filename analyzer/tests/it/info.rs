@@ -42,8 +42,20 @@ fn counts_and_time_range_match_the_fixture() {
             ("thread_second", 0, 0)
         ]
     );
+    // Bytes: the two chunk files on disk, not the hidden temporary.
     let switch = &summary.tables[0];
-    assert!(switch.bytes > 0 && switch.bytes_per_row == Some(switch.bytes as f64 / 6.0));
+    let on_disk: u64 = [
+        "20231114T221320.000Z-000001.parquet",
+        "20231114T221320.004Z-000002.parquet",
+    ]
+    .iter()
+    .map(|name| {
+        let path = rec.dir.join("sched_switch").join(name);
+        std::fs::metadata(path).unwrap().len()
+    })
+    .sum();
+    assert_eq!(switch.bytes, on_disk);
+    assert_eq!(switch.bytes_per_row, Some(on_disk as f64 / 6.0));
     assert_eq!(summary.lost, 0);
     assert_eq!(summary.skipped_probes, ["sched:sched_stick_numa"]);
 

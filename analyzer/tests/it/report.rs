@@ -37,7 +37,8 @@ fn pgfault_step(k: i64) -> i64 {
 /// smaller cumulative times) 30 % from 25 s; 600 lives from 41 s to 42.5 s,
 /// between two snapshots, and has only its final row (state `X`): 1.2 s of
 /// CPU. The ones that start during the recording count from zero at their
-/// start.
+/// start. Page cache: every 5 s (5 .. 60 s), 100 looks up 1000 pages of
+/// which it misses 100 and dirties 10; 300 reads 400 pages, all cached.
 pub fn atop_recording(fx: &Fixture) -> Rec {
     atop_recording_of(fx, "rec", "web1")
 }
@@ -127,6 +128,20 @@ pub fn atop_recording_of(fx: &Fixture, name: &str, host: &str) -> Rec {
         CHUNK,
         &[json!({"ts": t(33_000), "source": "ring_full:page_fault", "lost": 7})],
     );
+    let mut cache = Vec::new();
+    for k in 1..=12i64 {
+        cache.push(
+            json!({"ts": t(5000 * k), "pid": 100, "comm": "burner", "accesses": 1000,
+            "misses": 100, "dirtied": 10, "fault_around": 0}),
+        );
+        if k >= 5 {
+            cache.push(
+                json!({"ts": t(5000 * k), "pid": 300, "comm": "late", "accesses": 400,
+                "misses": 0, "dirtied": 0, "fault_around": 16}),
+            );
+        }
+    }
+    rec.chunk(&PAGE_CACHE, CHUNK, &cache);
     rec
 }
 
@@ -758,7 +773,10 @@ fn show_sql_and_formats() {
         assert_eq!(stdout(&out), csv, "{report}: {}", stderr(&out));
 
         let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let data_rows = csv.lines().count() - 1;
+        assert!(data_rows > 0, "{report}: no data row in\n{csv}");
         let json = run(&["--format", "json"]);
+        assert_eq!(json.lines().count(), data_rows, "{report}: {json}");
         for line in json.lines() {
             let row: Map<String, Value> = serde_json::from_str(line).unwrap();
             assert_eq!(
@@ -812,7 +830,16 @@ fn several_hosts() {
             "csv".as_ref(),
         ]);
         assert!(out.status.success(), "{report}: {}", stderr(&out));
-        assert!(stdout(&out).starts_with("host,"), "{report}");
+        let csv = stdout(&out);
+        assert!(csv.starts_with("host,"), "{report}");
+        for host in ["web1", "web2"] {
+            assert!(
+                csv.lines()
+                    .skip(1)
+                    .any(|l| l.starts_with(&format!("{host},"))),
+                "{report}: no row of {host} in\n{csv}"
+            );
+        }
     }
     let mut argv = vec![a.as_os_str(), b.as_os_str()];
     argv.insert(0, "atop".as_ref());

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use hindsight_schemas::tables::{COUNTER, SCHED_SWITCH, SCHED_WAKEUP};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
 use crate::report::atop_recording;
@@ -232,17 +232,46 @@ fn every_report_takes_every_format() {
         &["top", dir, "--at", "2023-11-14T22:13:45Z"],
     ];
     for report in reports {
-        for format in ["table", "csv", "json"] {
+        let run = |format: &str| {
             let mut args = report.to_vec();
             args.extend(["--format", format]);
             let out = hindsight(&args);
             assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-            assert!(
-                !stdout(&out).is_empty() || format == "json",
-                "{args:?} printed nothing"
-            );
-        }
+            stdout(&out)
+        };
+        assert!(!run("table").is_empty(), "{report:?} printed no table");
+        let csv = run("csv");
+        let csv_rows = csv.lines().count().saturating_sub(1);
+        // The fixture gives every report rows but runqlat (it has no
+        // scheduler events), so the comparison below is not of empties.
+        let has_rows = report[1] != "runqlat";
+        assert_eq!(csv_rows > 0, has_rows, "{report:?}: {csv}");
+        let json = run("json");
+        assert_eq!(
+            json_rows(report, &json),
+            csv_rows,
+            "{report:?}: {json}\nvs\n{csv}"
+        );
     }
+}
+
+/// The rows of a report's JSON, counted as its CSV has them: one object a
+/// line; the timeline's one array of incidents has a CSV row per departed
+/// metric and per contributor.
+fn json_rows(report: &[&str], json: &str) -> usize {
+    if report[1] == "timeline" {
+        let incidents: Vec<Map<String, Value>> = serde_json::from_str(json).unwrap();
+        let len = |i: &Map<String, Value>, key: &str| i[key].as_array().unwrap().len();
+        return incidents
+            .iter()
+            .map(|i| len(i, "metrics") + len(i, "contributors"))
+            .sum();
+    }
+    let objects: Vec<Map<String, Value>> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    objects.len()
 }
 
 #[test]
