@@ -106,6 +106,8 @@ struct Collector {
     decode_errors: u64,
     /// Present when stacks are recorded (`cpu` group or `--off-cpu-stacks`).
     stacks: Option<StackInterner>,
+    /// The symbolizer's count of perf maps it refused to read.
+    perf_maps_refused: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Collector {
@@ -485,6 +487,12 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
     }
+    if let Some(refused) = &c.perf_maps_refused {
+        let value = refused.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        c.rows
+            .counter
+            .push(ts, "recorder", "perf_maps_refused", None, value);
+    }
 }
 
 /// Retention's hook: after a chunk named `closed` was closed in every
@@ -710,6 +718,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         stacks: symbolizer
             .as_ref()
             .map(|s| StackInterner::new(std::path::Path::new("/proc"), s.requests.clone())),
+        perf_maps_refused: symbolizer
+            .as_ref()
+            .map(|s| std::sync::Arc::clone(&s.perf_maps_refused)),
     }));
 
     // Scan after attaching: a process started in between is then seen twice
@@ -1003,13 +1014,23 @@ mod tests {
     fn rounds_are_late_only_when_a_whole_interval_was_missed() {
         let due = Instant::now();
         let second = Duration::from_secs(1);
-        let cases = [(0, 0), (999, 0), (1000, 1), (3500, 3)];
-        for (late_ms, missed) in cases {
+        // (ms late, rounds missed, ms from `due` to the next deadline): the
+        // first grid point after now, the missed ones skipped.
+        let cases = [
+            (0, 0, 1000),
+            (999, 0, 1000),
+            (1000, 1, 2000),
+            (3500, 3, 4000),
+        ];
+        for (late_ms, missed, next_ms) in cases {
             let now = due + Duration::from_millis(late_ms);
             assert_eq!(missed_ticks(due, second, now), missed, "{late_ms} ms late");
-            // The next deadline is after now, on the grid: the missed ones are skipped.
             let next = next_tick(due, second, now);
-            assert!(next > now && (next - due).as_millis().is_multiple_of(1000));
+            assert_eq!(
+                next - due,
+                Duration::from_millis(next_ms),
+                "{late_ms} ms late"
+            );
         }
         assert_eq!(missed_ticks(due, second, due - Duration::from_millis(5)), 0);
     }

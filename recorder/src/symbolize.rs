@@ -5,14 +5,22 @@
 //! [`crate::stacks`]), so names come from the file on disk and a process
 //! that exited since it was sampled still gets them. User frames are named
 //! by blazesym from the ELF symbols and DWARF; frames in anonymous memory
-//! from `/tmp/perf-<pid>.map` (what JITs write for perf); kernel frames from
+//! from `/tmp/perf-<pid>.map` (what JITs write for perf), read through the
+//! process's own root and only when it is the process's own regular file
+//! (see [`read_perf_map`]); kernel frames from
 //! `/proc/kallsyms`, read once. The request queue is bounded: when it is
 //! full the ring thread writes the frame without a name instead of waiting.
 
 use std::{
     collections::{HashMap, HashSet},
+    io::Read,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
-    sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
+        Arc,
+    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -176,6 +184,8 @@ fn name_user_frame(
 pub struct SymbolizerThread {
     pub requests: SyncSender<FrameRow>,
     pub named: Receiver<FrameRow>,
+    /// Perf maps refused so far (not regular, not the process's own, too big).
+    pub perf_maps_refused: Arc<AtomicU64>,
     handle: JoinHandle<()>,
 }
 
@@ -183,13 +193,16 @@ impl SymbolizerThread {
     pub fn start(proc_root: &Path) -> std::io::Result<Self> {
         let (requests, queue) = sync_channel::<FrameRow>(QUEUE);
         let (named_tx, named) = std::sync::mpsc::channel();
+        let perf_maps = PerfMaps::new(proc_root, Arc::default());
+        let perf_maps_refused = Arc::clone(&perf_maps.refused);
         let kallsyms_path = proc_root.join("kallsyms");
         let handle = std::thread::Builder::new()
             .name("hs-symbolize".into())
-            .spawn(move || run(queue, named_tx, &kallsyms_path))?;
+            .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps))?;
         Ok(SymbolizerThread {
             requests,
             named,
+            perf_maps_refused,
             handle,
         })
     }
@@ -251,23 +264,86 @@ const MAX_PERF_MAP_BYTES: usize = 8 << 20;
 /// earlier does not hold sends us back to the file, at most this often.
 const PERF_MAP_REREAD: Duration = Duration::from_secs(1);
 
-/// The perf maps JIT runtimes write (`<dir>/perf-<pid>.map`), cached.
+/// The largest perf map read: a JVM's after a day of compiling is a few
+/// MiB; a sparse file of terabytes is someone's trap.
+const MAX_PERF_MAP_FILE: u64 = 64 << 20;
+
+/// The perf map of `pid`: `/tmp/perf-<pid>.map` as the process sees it
+/// (through `<proc_root>/<pid>/root`, so a container's `/tmp`, not the
+/// host's). The recorder runs as root and anyone can write to `/tmp`, so
+/// the map is read only when it is a regular file (a FIFO would block the
+/// symbolizer, and with it the recorder's shutdown) owned by the process's
+/// own user (else it names someone else's code), of at most
+/// [`MAX_PERF_MAP_FILE`] bytes. So a map is read while its process lives:
+/// the frames of a JIT that exited before the symbolizer got to them stay
+/// unnamed. `Ok(None)`: there is no map; `Err`: there is one, refused,
+/// with why.
+fn read_perf_map(proc_root: &Path, pid: u32) -> Result<Option<String>, String> {
+    let process = proc_root.join(pid.to_string());
+    let path = process.join(format!("root/tmp/perf-{pid}.map"));
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let owner = std::fs::metadata(&process).map_or(u32::MAX, |m| m.uid());
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if meta.uid() != owner {
+        return Err(format!(
+            "{}: owned by uid {}, not by the process's uid {owner}",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.len() > MAX_PERF_MAP_FILE {
+        return Err(format!(
+            "{}: {} bytes, over {MAX_PERF_MAP_FILE}",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    file.by_ref()
+        .take(MAX_PERF_MAP_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(text))
+}
+
+/// The perf maps JIT runtimes write, cached.
 struct PerfMaps {
-    dir: PathBuf,
-    /// Per pid: the text (None: no map) and when it was read.
+    proc_root: PathBuf,
+    /// Per pid: the text (None: no map, or refused) and when it was read.
     maps: HashMap<u32, (Option<String>, Instant)>,
+    /// Maps refused (see [`read_perf_map`]), for the recorder's own counters.
+    refused: Arc<AtomicU64>,
 }
 
 impl PerfMaps {
-    fn new(dir: &Path) -> Self {
+    fn new(proc_root: &Path, refused: Arc<AtomicU64>) -> Self {
         PerfMaps {
-            dir: dir.to_path_buf(),
+            proc_root: proc_root.to_path_buf(),
             maps: HashMap::new(),
+            refused,
         }
     }
 
     fn read(&self, pid: u32) -> (Option<String>, Instant) {
-        let text = std::fs::read_to_string(self.dir.join(format!("perf-{pid}.map"))).ok();
+        let text = read_perf_map(&self.proc_root, pid).unwrap_or_else(|why| {
+            if self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!("hindsight-record: warning: perf map not read: {why} (counted as recorder/perf_maps_refused)");
+            }
+            None
+        });
         (text, Instant::now())
     }
 
@@ -396,12 +472,16 @@ fn new_symbolizer() -> Symbolizer {
         .build()
 }
 
-fn run(queue: Receiver<FrameRow>, named: Sender<FrameRow>, kallsyms_path: &Path) {
+fn run(
+    queue: Receiver<FrameRow>,
+    named: Sender<FrameRow>,
+    kallsyms_path: &Path,
+    mut perf_maps: PerfMaps,
+) {
     let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
     // The 5 MiB text just read is free now.
     return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
-    let mut perf_maps = PerfMaps::new(Path::new("/tmp"));
     loop {
         let received = match queue.try_recv() {
             Ok(row) => Ok(row),
@@ -465,12 +545,19 @@ mod tests {
         assert_eq!(perf_map_lookup(map, 0x7f00002004), Some("bar"));
     }
 
+    /// A fake `/proc` whose process `pid` has a `/tmp`; returns that `/tmp`.
+    fn process_tmp(proc_root: &Path, pid: u32) -> PathBuf {
+        let tmp = proc_root.join(pid.to_string()).join("root/tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        tmp
+    }
+
     #[test]
     fn a_perf_map_that_grows_is_read_again() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("perf-42.map");
+        let path = process_tmp(dir.path(), 42).join("perf-42.map");
         std::fs::write(&path, "1000 10 first\n").unwrap();
-        let mut maps = PerfMaps::new(dir.path());
+        let mut maps = PerfMaps::new(dir.path(), Arc::default());
         assert_eq!(maps.lookup(42, 0x1004).as_deref(), Some("first"));
         assert_eq!(maps.lookup(43, 0x1004), None, "pid 43 has no map");
         // The JIT compiles more: until PERF_MAP_REREAD passes, the cached
@@ -479,6 +566,41 @@ mod tests {
         assert_eq!(maps.lookup(42, 0x2004), None);
         maps.maps.get_mut(&42).unwrap().1 -= PERF_MAP_REREAD;
         assert_eq!(maps.lookup(42, 0x2004).as_deref(), Some("second"));
+    }
+
+    /// Maps the recorder must not read: a FIFO (reading it would block the
+    /// symbolizer), another user's file, a sparse file of a terabyte, and a
+    /// link. Each is refused and counted; the process's own file is read.
+    #[test]
+    fn perf_maps_that_are_traps_are_refused_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let refused = Arc::new(AtomicU64::new(0));
+        let mut maps = PerfMaps::new(dir.path(), Arc::clone(&refused));
+        let fifo = process_tmp(dir.path(), 1).join("perf-1.map");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        let theirs = process_tmp(dir.path(), 2).join("perf-2.map");
+        std::fs::write(&theirs, "1000 10 planted\n").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let huge = process_tmp(dir.path(), 3).join("perf-3.map");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let target = process_tmp(dir.path(), 4).join("elsewhere");
+        std::fs::write(&target, "1000 10 linked\n").unwrap();
+        std::os::unix::fs::symlink(&target, target.with_file_name("perf-4.map")).unwrap();
+        let own = process_tmp(dir.path(), 5).join("perf-5.map");
+        std::fs::write(&own, "1000 10 mine\n").unwrap();
+
+        for pid in 1..=4 {
+            assert_eq!(maps.lookup(pid, 0x1004), None, "pid {pid}");
+        }
+        assert_eq!(refused.load(Ordering::Relaxed), 4);
+        assert_eq!(maps.lookup(5, 0x1004).as_deref(), Some("mine"));
+        assert_eq!(maps.lookup(6, 0x1004), None, "no map is not a refusal");
+        assert_eq!(refused.load(Ordering::Relaxed), 4);
     }
 
     /// A frame of this test binary's own code at `address`, as the ring

@@ -20,6 +20,11 @@
 //!   first and last sleep: `run_delay_ns` (/proc/self/schedstat), from
 //!   `start_utc_ns` to `end_utc_ns`.
 //!
+//! - `jit SECONDS`: after a 500 ms pause, spin for SECONDS in machine code
+//!   it copied into anonymous executable memory, as JIT-compiled code runs
+//!   (x86-64 only): CPU samples whose leaf only a perf map could name. Then
+//!   it stays alive as long again (its perf map is read while it lives).
+//!
 //! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N.
 //!
 //! Prints one JSON object with what it did (pid, pages, ...) on stdout.
@@ -202,6 +207,37 @@ fn tick(count: usize, period: Duration) -> serde_json::Value {
     })
 }
 
+/// Spins for `seconds` in code copied to an anonymous executable mapping.
+#[cfg(target_arch = "x86_64")]
+fn jit(seconds: f64) -> serde_json::Value {
+    // mov rcx, 1_000_000; dec rcx; jnz -5; ret
+    let mut code = vec![0x48, 0xb9];
+    code.extend_from_slice(&1_000_000u64.to_le_bytes());
+    code.extend_from_slice(&[0x48, 0xff, 0xc9, 0x75, 0xfb, 0xc3]);
+    // SAFETY: a fresh private anonymous mapping, written before it is run;
+    // the code only counts down a register and returns.
+    let spin: extern "C" fn() = unsafe {
+        let page = libc::mmap(
+            std::ptr::null_mut(),
+            page_size(),
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(page, libc::MAP_FAILED, "mmap an executable page");
+        std::ptr::copy_nonoverlapping(code.as_ptr(), page.cast::<u8>(), code.len());
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn()>(page)
+    };
+    thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        spin();
+    }
+    thread::sleep(Duration::from_secs_f64(seconds));
+    serde_json::json!({ "address": spin as usize })
+}
+
 /// Time this thread has waited runnable on a run queue (schedstat field 2).
 fn run_delay_ns() -> i64 {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
@@ -255,6 +291,8 @@ fn main() {
             arg(1).parse().unwrap(),
             Duration::from_micros(arg(2).parse().unwrap()),
         ),
+        #[cfg(target_arch = "x86_64")]
+        "jit" => jit(arg(1).parse().unwrap()),
         other => panic!("unknown mode {other}"),
     };
     result["pid"] = std::process::id().into();

@@ -332,3 +332,57 @@ fn links_planted_in_a_recording_are_never_followed() {
     let meta = fs::read_to_string(rec.join(layout::RECORDING_FILE)).unwrap();
     assert_eq!(meta.matches("\"started\"").count(), 2, "{meta}");
 }
+
+/// A perf map planted where a JIT's would be (anyone can write to `/tmp`):
+/// a FIFO would block a reader forever. The recorder names nothing from it,
+/// counts it, and still records and stops in time.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_fifo_for_a_perf_map_neither_blocks_nor_names_anything() {
+    use std::{process::Stdio, time::Duration};
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cpu,counters", "--frequency", "199"]);
+    let jit = Command::new(bin("hs-load"))
+        .args(["jit", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = jit.id();
+    // Before its 500 ms pause ends: the map is there before any sample.
+    let fifo = std::ffi::CString::new(format!("/tmp/perf-{pid}.map")).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+    // Stopped while the workload still lives (after it spun, before it
+    // exits): its map is read through its /proc entry.
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(recorder.pid(), libc::SIGINT) };
+    let (status, log) = recorder.exit_within(Duration::from_secs(20));
+    let out = jit.wait_with_output().unwrap();
+    let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    assert!(status.success(), "{log}");
+    assert!(out.status.success());
+
+    let anonymous = sql_count(
+        &rec,
+        &format!(
+            "SELECT count(*) FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id AND k.depth = 0 \
+             JOIN frame f ON f.frame_id = k.frame_id WHERE s.pid = {pid} AND f.module IS NULL AND CAST(f.kind AS VARCHAR) = 'user' AND f.function IS NULL"
+        ),
+    );
+    assert!(
+        anonymous > 50,
+        "{anonymous} samples with the JIT code as leaf"
+    );
+    let refused = sql_count(
+        &rec,
+        "SELECT CAST(max(value) AS BIGINT) FROM counter WHERE source = 'recorder' AND name = 'perf_maps_refused'",
+    );
+    assert!(refused >= 1, "the FIFO was not counted: {refused}\n{log}");
+    assert!(
+        log.contains("perf map not read") && log.contains("not a regular file"),
+        "{log}"
+    );
+}
