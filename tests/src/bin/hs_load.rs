@@ -25,7 +25,8 @@
 //!   (x86-64 only): CPU samples whose leaf only a perf map could name. Then
 //!   it stays alive as long again (its perf map is read while it lives).
 //!
-//! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N.
+//! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N;
+//! with `HS_LOAD_NAME=NAME` it names itself NAME (its comm, 15 bytes at most).
 //!
 //! Prints one JSON object with what it did (pid, pages, ...) on stdout.
 
@@ -268,6 +269,12 @@ fn pin(cpu: usize) {
 fn main() {
     if let Ok(cpu) = std::env::var("HS_LOAD_CPU") {
         pin(cpu.parse().expect("HS_LOAD_CPU is a CPU number"));
+    }
+    if let Ok(name) = std::env::var("HS_LOAD_NAME") {
+        let name = std::ffi::CString::new(name).expect("a name without NUL");
+        // SAFETY: PR_SET_NAME reads the NUL-terminated name we own.
+        let ret = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        assert_eq!(ret, 0, "prctl(PR_SET_NAME)");
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| {

@@ -262,3 +262,64 @@ fn the_html_report_of_a_real_burst_renders_in_chromium() {
         "{band} pixels of incident band in the screenshot"
     );
 }
+
+/// Names are chosen by whoever runs a process, and a report attached to a
+/// ticket is a page other people open: a process named as markup stays
+/// text everywhere the page shows it. Injected, `<body onload=y>` (15
+/// bytes, the longest name a process has) would give the page's body an
+/// onload handler (the DOM Chromium builds would show it) that runs `y` and
+/// logs its ReferenceError to the console, which Chromium reports.
+#[test]
+fn a_process_named_as_markup_is_shown_as_text() {
+    const NAME: &str = "<body onload=y>";
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let dir = scratch.dir.path();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &[]);
+    thread::sleep(Duration::from_secs(5));
+    let out = run(Command::new(bin("hs-load"))
+        .args(["burn", "3"])
+        .env("HS_LOAD_NAME", NAME));
+    assert!(out.status.success());
+    thread::sleep(Duration::from_secs(3));
+    recorder.stop();
+
+    let page = dir.join("report.html");
+    let out = run(Command::new(bin("hindsight")).args([
+        "report",
+        "html",
+        rec.to_str().unwrap(),
+        "-i",
+        "2s",
+        "-o",
+        page.to_str().unwrap(),
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("&lt;body onload=y&gt;"),
+        "the process is not on the page under its name"
+    );
+    assert!(!html.contains(NAME), "the name is in the page unescaped");
+    let (_, console) = screenshot(&page, &dir.join("report.png"), (1280, 2000));
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    let dom = run(Command::new("chromium").args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        &format!("--user-data-dir={}", dir.join("dom-profile").display()),
+        "--dump-dom",
+        &format!("file://{}", page.display()),
+    ]));
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("&lt;body onload=y&gt;"),
+        "no text of the name in the DOM"
+    );
+    assert!(!dom.contains("onload=\""), "an onload attribute in the DOM");
+}
