@@ -6,6 +6,9 @@
 //! the process's memory map (read once per process from
 //! `/proc/<pid>/maps`, while the process is alive, and again when an
 //! address falls outside it), two hash-set probes, and a non-blocking send.
+//! A process in another mount namespace (a container) mapped its files by
+//! paths of its own: they are read through `/proc/<pid>/root`, so its build
+//! ids and names are its own files', not the host's files of those paths.
 //! Names are resolved on the symbolizer's thread ([`crate::symbolize`]).
 //!
 //! Identities: a user frame is (module build id, else path; file offset), so
@@ -138,6 +141,10 @@ pub struct FrameRow {
     pub elf_address: Option<u64>,
     /// The process the frame was first seen in (for JIT maps).
     pub pid: u32,
+    /// Where the recorder reads `module` when that is not its own path: a
+    /// process in another mount namespace's file, through
+    /// `/proc/<pid>/root`. Not stored.
+    pub open_path: Option<String>,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
@@ -156,6 +163,7 @@ impl FrameRow {
             file_offset: None,
             elf_address: None,
             pid,
+            open_path: None,
             function: None,
             file: None,
             line: None,
@@ -184,6 +192,9 @@ impl FrameRows {
 struct ProcessMaps {
     maps: Vec<Mapping>,
     read_at: Instant,
+    /// `<proc_root>/<pid>/root` when the process is in another mount
+    /// namespace than the recorder (its paths are not ours).
+    root: Option<String>,
 }
 
 /// Turns raw stacks into `stack_id`s, writing each new stack to `stack`
@@ -299,12 +310,27 @@ impl StackInterner {
             row.module = Some(path);
             return row;
         }
-        let build_id = self.build_id_of(&path);
+        let open_path = self
+            .processes
+            .get(&pid)
+            .and_then(|p| p.root.as_ref())
+            .map(|root| format!("{root}{path}"));
+        let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path));
         row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
         row.module = Some(path);
         row.build_id = build_id;
         row.file_offset = Some(file_offset);
+        row.open_path = open_path;
         row
+    }
+
+    /// `<proc_root>/<pid>/root` if `pid` is in another mount namespace
+    /// than the recorder (None when it is in ours, or cannot be told).
+    fn foreign_root(&self, pid: u32) -> Option<String> {
+        let process = self.proc_root.join(pid.to_string());
+        let theirs = std::fs::read_link(process.join("ns/mnt")).ok()?;
+        let ours = std::fs::read_link(self.proc_root.join("self/ns/mnt")).ok()?;
+        (theirs != ours).then(|| process.join("root").to_string_lossy().into_owned())
     }
 
     fn mapping_of(&mut self, pid: u32, address: u64) -> Option<Mapping> {
@@ -325,11 +351,13 @@ impl StackInterner {
             .map(|t| parse_maps(&t))
             .unwrap_or_default();
         let found = find_mapping(&maps, address).cloned();
+        let root = self.foreign_root(pid);
         self.processes.insert(
             pid,
             ProcessMaps {
                 maps,
                 read_at: Instant::now(),
+                root,
             },
         );
         found

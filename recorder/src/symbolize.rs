@@ -503,8 +503,9 @@ fn run(
             } else {
                 row.module = Some("[kernel]".into());
             }
-        } else if let (Some(path), Some(offset)) = (row.module.clone(), row.file_offset) {
-            modules.name(&path, offset, &mut row);
+        } else if let (Some(module), Some(offset)) = (row.module.clone(), row.file_offset) {
+            let file = row.open_path.clone().unwrap_or(module);
+            modules.name(&file, offset, &mut row);
         } else if row.module.is_none() {
             row.function = perf_maps.lookup(row.pid, row.address);
         }

@@ -346,3 +346,71 @@ fn a_stripped_programs_frames_are_named_at_read_time_from_a_debug_dir() {
     );
     assert!(sql(&rec, &query).is_empty(), "nothing named on disk");
 }
+
+/// A process in its own mount namespace (as in a container) runs a binary
+/// where the host has another file at the same path: its frames are named
+/// from its own file, read through `/proc/<pid>/root`, and carry its build
+/// id, not the host file's.
+#[test]
+fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let exe = build_workload(scratch.dir.path());
+    // The host's file at the path the process runs: another program.
+    let path = scratch.dir.path().join("prog");
+    std::fs::copy("/usr/bin/true", &path).unwrap();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", "499"]);
+    let out = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount --bind '{}' '{}' && exec '{}' --burn-ms 1500 --naps 1 --nap-ms 10",
+            exe.display(),
+            path.display(),
+            path.display()
+        )));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    recorder.stop();
+
+    let pid = truth["pid"].to_string();
+    let on_cpu = folded(&rec, &["--on-cpu", "--pid", &pid]);
+    let burning: i64 = on_cpu
+        .iter()
+        .filter(|(s, _)| s.split(';').any(|f| is_function(f, "burn_three_parts")))
+        .map(|(_, w)| w)
+        .sum();
+    let total: i64 = on_cpu.iter().map(|(_, w)| w).sum();
+    assert!(
+        total > 100 && burning * 2 > total,
+        "{burning} of {total} samples named burn_three_parts: {on_cpu:?}"
+    );
+    let build_id = |file: &Path| {
+        let out = run(Command::new("readelf").arg("-n").arg(file));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split("Build ID: ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let recorded = sql(
+        &rec,
+        &format!(
+            "SELECT DISTINCT build_id FROM frame WHERE module = '{}'",
+            path.display()
+        ),
+    );
+    assert_eq!(
+        recorded,
+        [serde_json::json!({ "build_id": build_id(&exe) })],
+        "the host file's build id is {}",
+        build_id(&path)
+    );
+}
