@@ -23,7 +23,7 @@
 //!   cachetop), one SQL statement each, a module per report; `top` is atop
 //!   at one moment; `html`, one page for a ticket made of the others.
 //! - [`slice`]: cut a smaller, complete recording out of one.
-//! - [`when`]: the one parser of `--from`/`--to` times (RFC 3339, time of
+//! - [`when`] (from `hindsight_schemas`): the one parser of `--from`/`--to` times (RFC 3339, time of
 //!   day, relative to the recording's end or start).
 //! - [`flamegraph`]: folded stacks and SVG flame graphs, one SQL statement.
 //! - [`export`]: Perfetto traces and pprof profiles.
@@ -58,7 +58,7 @@ pub mod recording;
 pub mod report;
 pub mod shell;
 pub mod slice;
-pub mod when;
+pub use hindsight_schemas::when;
 
 pub use catalog::query_batches;
 pub use recording::{Recording, RecordingError};

@@ -19,7 +19,7 @@
 use std::{
     collections::HashMap,
     fs::File,
-    io::{BufReader, Read, Seek},
+    io::{BufReader, Cursor, Read, Seek, SeekFrom},
     path::Path,
     sync::Arc,
 };
@@ -37,6 +37,14 @@ const ZSTD_LEVEL: i32 = 1;
 
 /// What ends every entry: the IPC continuation marker and a zero length.
 const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// The most rows, and the most bytes a compressed buffer may inflate to,
+/// that a journal entry may declare. The recorder's entries are one batch
+/// of at most a few thousand rows; Arrow's reader allocates what a length
+/// declares before it reads, so a torn or planted journal must not get to
+/// declare exabytes (the fuzzer's first find).
+const MAX_ENTRY_ROWS: i64 = 1 << 24;
+const MAX_INFLATED_BUFFER: i64 = 256 << 20;
 
 /// One journal entry for `batch`, with `metadata` (the chunk's Parquet
 /// key-value metadata) on its schema so a journal alone says what it is.
@@ -61,6 +69,8 @@ pub struct JournalReader<R> {
     torn: bool,
     /// The key-value metadata of the first entry.
     metadata: Option<HashMap<String, String>>,
+    /// Bytes of the input not read yet (known after the first entry).
+    left: Option<u64>,
 }
 
 impl JournalReader<BufReader<File>> {
@@ -78,6 +88,7 @@ impl<R: Read + Seek> JournalReader<R> {
             input,
             torn: false,
             metadata: None,
+            left: None,
         }
     }
 
@@ -93,34 +104,135 @@ impl<R: Read + Seek> JournalReader<R> {
     }
 
     fn next_entry(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
-        let mut probe = [0u8; 1];
-        if self.input.read(&mut probe)? == 0 {
+        let left = match self.left {
+            Some(left) => left,
+            None => {
+                let here = self.input.stream_position()?;
+                let end = self.input.seek(SeekFrom::End(0))?;
+                self.input.seek(SeekFrom::Start(here))?;
+                end.saturating_sub(here)
+            }
+        };
+        if left == 0 {
             return Ok(None);
         }
-        self.input.seek_relative(-1)?;
-        // No internal buffering: after the end-of-stream marker the input
-        // stands at the next entry.
-        let mut stream = StreamReader::try_new(&mut self.input, None)?;
-        let batch = stream
-            .next()
-            .transpose()?
-            .ok_or_else(|| ArrowError::IpcError("journal entry without a record batch".into()))?;
-        // The end-of-stream marker, read by hand: a kill between the batch
-        // and the marker would otherwise look like a clean end.
-        let mut marker = [0u8; 8];
-        stream.get_mut().read_exact(&mut marker)?;
-        if marker != END_OF_STREAM {
-            return Err(ArrowError::IpcError(
-                "journal entry without its end marker".into(),
-            ));
-        }
+        let entry = read_entry_bytes(&mut self.input, left)?;
+        self.left = Some(left - entry.len() as u64);
+        // Arrow's IPC reader panics on some malformed messages (a dictionary
+        // field without its index type: arrow-ipc 59's convert.rs unwraps
+        // it). A journal that does not decode is a torn one, whatever the
+        // reason: the panic is contained to the entry.
+        let (batch, metadata) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_entry(&entry)))
+                .map_err(|_| bad("Arrow's reader panicked on it"))??;
         if self.metadata.is_none() {
-            self.metadata = Some(stream.schema().metadata().clone());
+            self.metadata = Some(metadata);
         }
-        // The schema as the table defines it, without the entry's metadata.
-        let plain = Arc::new(Schema::new(batch.schema().fields().clone()));
-        Ok(Some(RecordBatch::try_new(plain, batch.columns().to_vec())?))
+        Ok(Some(batch))
     }
+}
+
+/// The batch of one entry's bytes (checked by [`read_entry_bytes`]) and the
+/// key-value metadata of its schema.
+fn decode_entry(entry: &[u8]) -> Result<(RecordBatch, HashMap<String, String>), ArrowError> {
+    let mut stream = StreamReader::try_new(Cursor::new(entry), None)?;
+    let batch = stream
+        .next()
+        .transpose()?
+        .ok_or_else(|| bad("no record batch"))?;
+    // The end-of-stream marker, read by hand: a kill between the batch and
+    // the marker would otherwise look like a clean end.
+    let mut marker = [0u8; 8];
+    stream.get_mut().read_exact(&mut marker)?;
+    if marker != END_OF_STREAM || stream.get_ref().position() != entry.len() as u64 {
+        return Err(bad("no end marker"));
+    }
+    // The schema as the table defines it, without the entry's metadata.
+    let plain = Arc::new(Schema::new(batch.schema().fields().clone()));
+    let batch = RecordBatch::try_new(plain, batch.columns().to_vec())?;
+    Ok((batch, stream.schema().metadata().clone()))
+}
+
+fn bad(what: &str) -> ArrowError {
+    ArrowError::IpcError(format!("journal entry: {what}"))
+}
+
+/// The bytes of the next entry (its messages through the end-of-stream
+/// marker), read only after each length its framing declares is checked to
+/// fit in the `left` bytes the input has and, for a batch, against
+/// [`MAX_ENTRY_ROWS`] and [`MAX_INFLATED_BUFFER`].
+fn read_entry_bytes(input: &mut impl Read, mut left: u64) -> Result<Vec<u8>, ArrowError> {
+    let mut take = |n: u64, input: &mut dyn Read| -> Result<Vec<u8>, ArrowError> {
+        if n > left {
+            return Err(bad("a length past the end of the journal"));
+        }
+        left -= n;
+        let mut bytes = vec![0u8; n as usize];
+        input.read_exact(&mut bytes)?;
+        Ok(bytes)
+    };
+    let mut entry = Vec::new();
+    loop {
+        let prefix = take(8, input)?;
+        if prefix[..4] != END_OF_STREAM[..4] {
+            return Err(bad("no continuation marker"));
+        }
+        entry.extend_from_slice(&prefix);
+        let meta_len = i32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes"));
+        if meta_len == 0 {
+            return Ok(entry);
+        }
+        let meta = take(
+            u64::try_from(meta_len).map_err(|_| bad("a negative length"))?,
+            input,
+        )?;
+        let message =
+            arrow::ipc::root_as_message(&meta).map_err(|e| bad(&format!("a bad message: {e}")))?;
+        let body_len =
+            u64::try_from(message.bodyLength()).map_err(|_| bad("a negative body length"))?;
+        let body = take(body_len, input)?;
+        let batch = message
+            .header_as_record_batch()
+            .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()));
+        if let Some(batch) = batch {
+            check_batch(&batch, &body)?;
+        }
+        entry.extend_from_slice(&meta);
+        entry.extend_from_slice(&body);
+    }
+}
+
+/// What a batch declares, against the bounds and its own body.
+fn check_batch(batch: &arrow::ipc::RecordBatch, body: &[u8]) -> Result<(), ArrowError> {
+    let too_many = |n: i64| !(0..=MAX_ENTRY_ROWS).contains(&n);
+    if too_many(batch.length())
+        || batch
+            .nodes()
+            .is_some_and(|n| n.iter().any(|f| too_many(f.length())))
+    {
+        return Err(bad("more rows than an entry holds"));
+    }
+    for buffer in batch.buffers().into_iter().flatten() {
+        let (offset, length) = (buffer.offset(), buffer.length());
+        let end = offset
+            .checked_add(length)
+            .and_then(|e| usize::try_from(e).ok());
+        let (Ok(start), Some(end)) = (usize::try_from(offset), end) else {
+            return Err(bad("a buffer outside its body"));
+        };
+        if length < 0 || end > body.len() {
+            return Err(bad("a buffer outside its body"));
+        }
+        // A compressed buffer starts with the length it inflates to (-1:
+        // stored as is).
+        if batch.compression().is_some() && length >= 8 {
+            let inflated = i64::from_le_bytes(body[start..start + 8].try_into().expect("8 bytes"));
+            if inflated > MAX_INFLATED_BUFFER {
+                return Err(bad("a buffer that inflates past the bound"));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<R: Read + Seek> Iterator for JournalReader<R> {
@@ -257,5 +369,20 @@ mod tests {
         let mut reader = JournalReader::new(Cursor::new(bytes));
         assert_eq!(reader.by_ref().count(), 1);
         assert!(reader.torn());
+    }
+
+    /// Inputs the fuzzer found (fuzz/seeds/journal, replayed by every fuzz
+    /// run too): one declares an allocation of exabytes, one a dictionary
+    /// field that Arrow's reader panics on. Each is a torn journal.
+    #[test]
+    fn journals_the_fuzzer_found_are_torn_not_fatal() {
+        for input in [
+            &include_bytes!("../../fuzz/seeds/journal/huge-allocation")[..],
+            &include_bytes!("../../fuzz/seeds/journal/dictionary-without-index-type")[..],
+        ] {
+            let mut reader = JournalReader::new(Cursor::new(input));
+            assert_eq!(reader.by_ref().count(), 0);
+            assert!(reader.torn());
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! - [`journal`]: the Arrow IPC journal of a chunk being written.
 //! - [`meta`]: `recording.json`, the recording's self-description.
 //! - [`time`]: the one conversion from the kernel's boot clock to UTC.
+//! - [`when`]: the one parser of the times `--from` and `--to` take.
 //! - [`views`]: the helper views the analyzer defines over the tables.
 //! - [`derived`]: tables derived from the raw events (scheduler events
 //!   paired per thread), and [`pairing`], the one pass that builds them.
@@ -26,6 +27,7 @@ pub mod pairing;
 pub mod tables;
 pub mod time;
 pub mod views;
+pub mod when;
 
 /// Version of the on-disk format. Bumped when a reader of the previous
 /// version could misread a new recording; adding a nullable column does not

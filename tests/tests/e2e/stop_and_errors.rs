@@ -1,6 +1,6 @@
 use std::{fs, os::unix::process::CommandExt, path::Path, process::Command};
 
-use crate::fixture::{bin, pingpong, run, settle, shared, sql_count, Recorder, Scratch};
+use crate::fixture::{bin, pingpong, run, settle, shared, sql, sql_count, Recorder, Scratch};
 
 /// Every file under a recording: no temporaries, and every Parquet file
 /// opens with a standard reader and has rows.
@@ -333,56 +333,106 @@ fn links_planted_in_a_recording_are_never_followed() {
     assert_eq!(meta.matches("\"started\"").count(), 2, "{meta}");
 }
 
-/// A perf map planted where a JIT's would be (anyone can write to `/tmp`):
-/// a FIFO would block a reader forever. The recorder names nothing from it,
-/// counts it, and still records and stops in time.
+/// Perf maps planted where a JIT's would be (anyone can write to `/tmp`):
+/// a FIFO (a reader would block forever), another user's file and a sparse
+/// file of a terabyte. The recorder names nothing from them, counts each,
+/// and still records and stops in time; the map a process wrote itself
+/// names its code.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn a_fifo_for_a_perf_map_neither_blocks_nor_names_anything() {
+fn perf_maps_that_are_traps_neither_block_nor_name_anything() {
     use std::{process::Stdio, time::Duration};
     let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--events", "cpu,counters", "--frequency", "199"]);
-    let jit = Command::new(bin("hs-load"))
-        .args(["jit", "2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = jit.id();
-    // Before its 500 ms pause ends: the map is there before any sample.
-    let fifo = std::ffi::CString::new(format!("/tmp/perf-{pid}.map")).unwrap();
-    // SAFETY: mkfifo reads the NUL-terminated path we own.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
-    // Stopped while the workload still lives (after it spun, before it
-    // exits): its map is read through its /proc entry.
+    // Every map covers all of user space, so any JIT address would match.
+    let plant = |pid: u32, kind: &str| {
+        let path = format!("/tmp/perf-{pid}.map");
+        match kind {
+            "fifo" => {
+                let fifo = std::ffi::CString::new(path).unwrap();
+                // SAFETY: mkfifo reads the NUL-terminated path we own.
+                assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+            }
+            "foreign" => {
+                fs::write(&path, "0 7fffffffffff planted_by_someone_else\n").unwrap();
+                std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            }
+            "huge" => {
+                fs::write(&path, "0 7fffffffffff read_a_terabyte\n").unwrap();
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(1 << 40)
+                    .unwrap();
+            }
+            _ => fs::write(&path, "0 7fffffffffff jitted_by_itself\n").unwrap(),
+        }
+    };
+    // Before each one's 500 ms pause ends: the map is there before any sample.
+    let jits: Vec<(&str, std::process::Child)> = ["fifo", "foreign", "huge", "own"]
+        .into_iter()
+        .map(|kind| {
+            let child = Command::new(bin("hs-load"))
+                .args(["jit", "2"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            plant(child.id(), kind);
+            (kind, child)
+        })
+        .collect();
+    // Stopped while the workloads still live (after they spun, before they
+    // exit): their maps are read through their /proc entries.
     std::thread::sleep(Duration::from_secs(3));
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(recorder.pid(), libc::SIGINT) };
     let (status, log) = recorder.exit_within(Duration::from_secs(20));
-    let out = jit.wait_with_output().unwrap();
-    let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let mut pids = Vec::new();
+    for (kind, jit) in jits {
+        let pid = jit.id();
+        let out = jit.wait_with_output().unwrap();
+        let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        assert!(out.status.success(), "{kind}");
+        pids.push((kind, pid));
+    }
     assert!(status.success(), "{log}");
-    assert!(out.status.success());
 
-    let anonymous = sql_count(
-        &rec,
-        &format!(
-            "SELECT count(*) FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id AND k.depth = 0 \
-             JOIN frame f ON f.frame_id = k.frame_id WHERE s.pid = {pid} AND f.module IS NULL AND CAST(f.kind AS VARCHAR) = 'user' AND f.function IS NULL"
-        ),
-    );
-    assert!(
-        anonymous > 50,
-        "{anonymous} samples with the JIT code as leaf"
-    );
+    for (kind, pid) in pids {
+        let leaves = sql(
+            &rec,
+            &format!(
+                "SELECT f.function, count(*) AS n FROM cpu_sample s \
+                 JOIN stack k ON k.stack_id = s.stack_id AND k.depth = 0 \
+                 JOIN frame f ON f.frame_id = k.frame_id \
+                 WHERE s.pid = {pid} AND f.module IS NULL AND CAST(f.kind AS VARCHAR) = 'user' \
+                 GROUP BY f.function"
+            ),
+        );
+        let samples: i64 = leaves.iter().map(|r| r["n"].as_i64().unwrap()).sum();
+        assert!(
+            samples > 50,
+            "{kind}: {samples} samples with the JIT code as leaf"
+        );
+        let named: Vec<_> = leaves.iter().filter(|r| !r["function"].is_null()).collect();
+        if kind == "own" {
+            assert!(
+                named.iter().all(|r| r["function"] == "jitted_by_itself") && !named.is_empty(),
+                "{kind}: {leaves:?}"
+            );
+        } else {
+            assert!(
+                named.is_empty(),
+                "{kind}: named from a planted map: {leaves:?}"
+            );
+        }
+    }
     let refused = sql_count(
         &rec,
         "SELECT CAST(max(value) AS BIGINT) FROM counter WHERE source = 'recorder' AND name = 'perf_maps_refused'",
     );
-    assert!(refused >= 1, "the FIFO was not counted: {refused}\n{log}");
-    assert!(
-        log.contains("perf map not read") && log.contains("not a regular file"),
-        "{log}"
-    );
+    assert_eq!(refused, 3, "the planted maps counted\n{log}");
+    assert!(log.contains("perf map not read"), "{log}");
 }

@@ -14,12 +14,12 @@
 //! - `-DURATION`: that long before the recording's last event (`-15m`, `-2h`, `-90s`);
 //! - `+DURATION`: that long after the recording's first event (`+10m`).
 //!
-//! Durations are those of every flag (`hindsight_schemas::time::parse_duration_ns`).
+//! Durations are those of every flag (`crate::time::parse_duration_ns`).
 //! The recording's first and last event are those of its tables' footers,
-//! over every recording named (see `Recording::time_range`).
+//! over every recording named (the analyzer's `Recording::time_range`).
 
+use crate::time::parse_duration_ns;
 use chrono::{DateTime, NaiveTime};
-use hindsight_schemas::time::parse_duration_ns;
 
 /// The `--help` text every `--from`/`--to` shares.
 pub const HELP: &str = "RFC 3339 (2024-05-01T12:00:00Z); HH:MM[:SS] UTC on the day of the \
@@ -83,12 +83,15 @@ impl When {
             When::Absolute(_) => unreachable!("returned above"),
             When::BeforeEnd(d) => end.saturating_sub(d),
             When::AfterStart(d) => start.saturating_add(d),
+            // Saturating: the range comes from files' statistics, which a
+            // damaged file can set to anything (the fuzzer's find).
             When::TimeOfDay(of_day) => {
-                let midnight = end.div_euclid(DAY_NS) * DAY_NS;
-                let t = midnight + of_day;
-                let away = |t: i64| (start - t).max(t - end).max(0);
-                if away(t - DAY_NS) < away(t) {
-                    t - DAY_NS
+                let midnight = end.div_euclid(DAY_NS).saturating_mul(DAY_NS);
+                let t = midnight.saturating_add(of_day);
+                let away = |t: i64| start.saturating_sub(t).max(t.saturating_sub(end)).max(0);
+                let day_before = t.saturating_sub(DAY_NS);
+                if away(day_before) < away(t) {
+                    day_before
                 } else {
                     t
                 }
@@ -109,8 +112,8 @@ pub fn resolve_window(
         if f >= t {
             return Err(format!(
                 "--from {} is not before --to {}",
-                hindsight_schemas::time::rfc3339(f),
-                hindsight_schemas::time::rfc3339(t)
+                crate::time::rfc3339(f),
+                crate::time::rfc3339(t)
             ));
         }
     }
@@ -133,7 +136,7 @@ mod tests {
     fn at(text: &str, range: (i64, i64)) -> Result<String, String> {
         When::parse(text)?
             .resolve(Some(range))
-            .map(hindsight_schemas::time::rfc3339)
+            .map(crate::time::rfc3339)
     }
 
     #[test]
@@ -209,5 +212,14 @@ mod tests {
             .unwrap_err()
             .contains("is not before"));
         assert_eq!(resolve_window(None, None, None), Ok((None, None)));
+    }
+
+    /// The fuzzer's find: a recording whose statistics span all of time
+    /// (a damaged file's) overflowed a time of day.
+    #[test]
+    fn a_time_of_day_in_a_range_of_all_time_saturates() {
+        let when = When::parse("23:30").unwrap();
+        assert!(when.resolve(Some((i64::MIN, i64::MAX))).is_ok());
+        assert!(when.resolve(Some((i64::MIN, i64::MIN))).is_ok());
     }
 }
