@@ -324,8 +324,11 @@ struct PerfMaps {
     proc_root: PathBuf,
     /// Per pid: the text (None: no map, or refused) and when it was read.
     maps: HashMap<u32, (Option<String>, Instant)>,
-    /// Maps refused (see [`read_perf_map`]), for the recorder's own counters.
+    /// Processes whose map was refused (see [`read_perf_map`]), for the
+    /// recorder's own counters: each once, though a map is read again
+    /// (every [`PERF_MAP_REREAD`] while new addresses come).
     refused: Arc<AtomicU64>,
+    refused_pids: HashSet<u32>,
 }
 
 impl PerfMaps {
@@ -334,12 +337,16 @@ impl PerfMaps {
             proc_root: proc_root.to_path_buf(),
             maps: HashMap::new(),
             refused,
+            refused_pids: HashSet::new(),
         }
     }
 
-    fn read(&self, pid: u32) -> (Option<String>, Instant) {
+    fn read(&mut self, pid: u32) -> (Option<String>, Instant) {
         let text = read_perf_map(&self.proc_root, pid).unwrap_or_else(|why| {
-            if self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+            if self.refused_pids.len() >= MAX_PERF_MAPS {
+                self.refused_pids.clear();
+            }
+            if self.refused_pids.insert(pid) && self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
                 eprintln!("hindsight-record: warning: perf map not read: {why} (counted as recorder/perf_maps_refused)");
             }
             None
@@ -597,6 +604,12 @@ mod tests {
 
         for pid in 1..=4 {
             assert_eq!(maps.lookup(pid, 0x1004), None, "pid {pid}");
+        }
+        assert_eq!(refused.load(Ordering::Relaxed), 4);
+        // Read again once PERF_MAP_REREAD has passed: still refused, counted once.
+        for pid in 1..=4 {
+            maps.maps.get_mut(&pid).unwrap().1 -= PERF_MAP_REREAD;
+            assert_eq!(maps.lookup(pid, 0x1008), None, "pid {pid}");
         }
         assert_eq!(refused.load(Ordering::Relaxed), 4);
         assert_eq!(maps.lookup(5, 0x1004).as_deref(), Some("mine"));
