@@ -23,7 +23,8 @@
 //! - `jit SECONDS`: after a 500 ms pause, spin for SECONDS in machine code
 //!   it copied into anonymous executable memory, as JIT-compiled code runs
 //!   (x86-64 only): CPU samples whose leaf only a perf map could name. Then
-//!   it stays alive as long again (its perf map is read while it lives).
+//!   it stays alive until its standard input closes (its perf map is read
+//!   while it lives, which the caller decides).
 //!
 //! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N;
 //! with `HS_LOAD_NAME=NAME` it names itself NAME (its comm, 15 bytes at most).
@@ -235,7 +236,9 @@ fn jit(seconds: f64) -> serde_json::Value {
     while start.elapsed().as_secs_f64() < seconds {
         spin();
     }
-    thread::sleep(Duration::from_secs_f64(seconds));
+    std::io::stdin()
+        .read_to_end(&mut Vec::new())
+        .expect("read standard input");
     serde_json::json!({ "address": spin as usize })
 }
 

@@ -377,6 +377,7 @@ fn perf_maps_that_are_traps_neither_block_nor_name_anything() {
         .map(|kind| {
             let child = Command::new(bin("hs-load"))
                 .args(["jit", "2"])
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -384,14 +385,16 @@ fn perf_maps_that_are_traps_neither_block_nor_name_anything() {
             (kind, child)
         })
         .collect();
-    // Stopped while the workloads still live (after they spun, before they
-    // exit): their maps are read through their /proc entries.
+    // The workloads live until the recorder has stopped (it names every
+    // frame before it exits): their maps are read through their /proc
+    // entries however far behind the symbolizer is.
     std::thread::sleep(Duration::from_secs(3));
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(recorder.pid(), libc::SIGINT) };
-    let (status, log) = recorder.exit_within(Duration::from_secs(20));
+    let (status, log) = recorder.exit_within(Duration::from_secs(60));
     let mut pids = Vec::new();
-    for (kind, jit) in jits {
+    for (kind, mut jit) in jits {
+        drop(jit.stdin.take());
         let pid = jit.id();
         let out = jit.wait_with_output().unwrap();
         let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
