@@ -860,7 +860,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 let timeout = if backlog {
                     Duration::ZERO
                 } else if streams {
-                    POLL_INTERVAL
+                    // A flush or a snapshot waits for no poll interval: a
+                    // kill -9 then loses at most --flush, not --flush plus
+                    // up to a poll interval.
+                    POLL_INTERVAL.min(until_wake())
                 } else {
                     until_wake()
                 };
