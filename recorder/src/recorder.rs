@@ -965,18 +965,20 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     if let Ok(n) = losses.read(&lost_maps, &programs, &mut c) {
         lost_total += n;
     }
-    if failure.is_none() {
-        // A last sample bounds the end of the recording for interval deltas.
-        if let Err(e) = periodic.run_due(Instant::now(), true, &mut c, lost_total, cache_counts) {
-            failure = Some(e);
-        }
-    }
     // Every frame sent to the symbolizer is named before the last chunk closes.
     drop(c.stacks.take());
     if let Some(s) = symbolizer {
         let named = s.join();
         if let Err(e) = c.collect_named(&named) {
             failure.get_or_insert(e);
+        }
+    }
+    if failure.is_none() {
+        // A last sample bounds the end of the recording for interval deltas;
+        // taken after the symbolizer's last work, its own counters (perf
+        // maps refused while naming the last frames) are final.
+        if let Err(e) = periodic.run_due(Instant::now(), true, &mut c, lost_total, cache_counts) {
+            failure = Some(e);
         }
     }
     if let Err(e) = settle_close(&mut c, &mut closing, true, &mut retention, &mut recording) {
