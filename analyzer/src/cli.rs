@@ -542,6 +542,7 @@ impl StackSelection {
             format: flamegraph::Format::Folded,
             output: None,
             show_sql: false,
+            indexed: false,
         };
         (self.recordings, options, (self.from, self.to))
     }

@@ -1,5 +1,6 @@
 //! `hindsight flamegraph`: folded stacks and SVG flame graphs, on-CPU from
-//! `cpu_sample`, off-CPU from `sched_switch`, each one SQL statement.
+//! `cpu_sample`, off-CPU from the `off_cpu` view (or its derived table),
+//! each one SQL statement.
 //!
 //! The statement returns one row per distinct stack: `stack` (frames root
 //! first, separated by `;`, the thread's `comm` as the root) and `weight`
@@ -13,9 +14,9 @@
 //! export's weights) and [`stack_frames_ctes`] (stacks to named frames, for
 //! pprof and for the Perfetto export's CPU samples).
 //!
-//! Off-CPU time of a thread runs from a `sched_switch` row where it leaves
-//! the CPU (`prev_tid`) to the next row where it takes a CPU (`next_tid`),
-//! on any CPU, attributed to the stack recorded on the leaving row.
+//! Off-CPU time is the `off_cpu` view's intervals (from a thread's switch
+//! out to its next switch in), each attributed to the stack recorded as it
+//! left: one pairing for the flame graph, the exports and the reports.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -63,6 +64,9 @@ pub struct Options {
     /// Write here instead of stdout.
     pub output: Option<PathBuf>,
     pub show_sql: bool,
+    /// Every recording has its derived tables: off-CPU time is read from
+    /// `off_cpu_interval` instead of pairing switches in the query.
+    pub indexed: bool,
 }
 
 /// A SQL string literal.
@@ -75,23 +79,23 @@ pub(crate) fn timestamp(ns: i64) -> String {
     crate::report::ns_as_timestamp(&ns.to_string())
 }
 
-/// The WHERE conditions of the filters, on columns named with `prefix`
-/// (`prev_`, `next_` or none).
-fn conditions(o: &Options, prefix: &str, window: bool) -> Vec<String> {
+/// The WHERE conditions of the filters, on the columns `cpu_sample` and
+/// the `off_cpu` intervals share (`pid`, `tid`, `comm`, `ts`).
+fn conditions(o: &Options) -> Vec<String> {
     let mut c = Vec::new();
     if let Some(pid) = o.pid {
-        c.push(format!("{prefix}pid = {pid}"));
+        c.push(format!("pid = {pid}"));
     }
     if let Some(tid) = o.tid {
-        c.push(format!("{prefix}tid = {tid}"));
+        c.push(format!("tid = {tid}"));
     }
     if let Some(comm) = &o.comm {
-        c.push(format!("{prefix}comm = {}", quote(comm)));
+        c.push(format!("comm = {}", quote(comm)));
     }
     if let Some(from) = o.from {
         c.push(format!("ts >= {}", timestamp(from)));
     }
-    if let (true, Some(to)) = (window, o.to) {
+    if let Some(to) = o.to {
         c.push(format!("ts < {}", timestamp(to)));
     }
     c
@@ -112,35 +116,16 @@ pub fn weights_cte(o: &Options) -> String {
     match o.mode {
         Mode::OnCpu => format!(
             "weights AS (\n  SELECT CAST(comm AS VARCHAR) AS comm, stack_id, count(*) AS weight\n  FROM cpu_sample{}\n  GROUP BY 1, 2\n)",
-            where_clause(&conditions(o, "", true))
+            where_clause(&conditions(o))
         ),
         Mode::OffCpu => {
-            let mut leaving = conditions(o, "prev_", true);
-            leaving.insert(0, "prev_tid <> 0".into());
-            let mut arriving = conditions(o, "next_", false);
-            arriving.insert(0, "next_tid <> 0".into());
+            let intervals = match hindsight_schemas::derived::table_for_view("off_cpu") {
+                Some(table) if o.indexed => table,
+                _ => "off_cpu",
+            };
             format!(
-                "switches AS (\n  \
-                 SELECT ts, prev_tid AS tid, CAST(prev_comm AS VARCHAR) AS comm, stack_id, 0 AS arriving\n  \
-                 FROM sched_switch{}\n  \
-                 UNION ALL\n  \
-                 SELECT ts, next_tid, CAST(next_comm AS VARCHAR), NULL, 1\n  \
-                 FROM sched_switch{}\n\
-                 ),\n\
-                 paired AS (\n  \
-                 SELECT *,\n    \
-                 lead(ts) OVER (PARTITION BY tid ORDER BY ts, arriving) AS back_at,\n    \
-                 lead(arriving) OVER (PARTITION BY tid ORDER BY ts, arriving) AS back\n  \
-                 FROM switches\n\
-                 ),\n\
-                 weights AS (\n  \
-                 SELECT comm, stack_id, sum(CAST(back_at AS BIGINT) - CAST(ts AS BIGINT)) AS weight\n  \
-                 FROM paired\n  \
-                 WHERE arriving = 0 AND back = 1\n  \
-                 GROUP BY 1, 2\n\
-                 )",
-                where_clause(&leaving),
-                where_clause(&arriving)
+                "weights AS (\n  SELECT CAST(comm AS VARCHAR) AS comm, stack_id, sum(dur_ns) AS weight\n  FROM {intervals}{}\n  GROUP BY 1, 2\n)",
+                where_clause(&conditions(o))
             )
         }
     }
@@ -280,6 +265,7 @@ pub(crate) fn prepare(
     let options = Options {
         from: from.or(options.from),
         to: to.or(options.to),
+        indexed: opened.iter().all(recording::Recording::indexed),
         ..options.clone()
     };
     if options.mode == Mode::OffCpu && !off_cpu_stacks_recorded(&opened) {
@@ -348,6 +334,7 @@ mod tests {
             format: Format::Folded,
             output: None,
             show_sql: false,
+            indexed: false,
         }
     }
 
@@ -384,11 +371,13 @@ mod tests {
         o.from = Some(5);
         o.to = Some(9);
         let s = sql(&o);
-        assert!(s.contains("prev_pid = 7"), "{s}");
-        assert!(s.contains("next_pid = 7"), "{s}");
-        assert!(s.contains("prev_comm = 'it''s'"), "{s}");
-        // The switch back in may come after --to; the switch out may not.
+        assert!(s.contains("FROM off_cpu\n  WHERE pid = 7"), "{s}");
+        assert!(s.contains("comm = 'it''s'"), "{s}");
+        // An interval counts where it began: its end may come after --to.
         assert_eq!(s.matches("ts < arrow_cast(9").count(), 1, "{s}");
+        o.indexed = true;
+        let s = sql(&o);
+        assert!(s.contains("FROM off_cpu_interval\n  WHERE pid = 7"), "{s}");
         let on = sql(&Mode::OnCpu.with(|o| o.tid = Some(3)));
         assert!(on.contains("FROM cpu_sample\n  WHERE tid = 3"), "{on}");
     }

@@ -40,8 +40,9 @@
 //! - lost events (`loss` rows for `sched_switch`/`sched_wakeup`) pair
 //!   whatever events surround them, exactly as the raw views do: an on-CPU
 //!   slice is dropped when its end switch does not name the same thread, an
-//!   off-CPU interval or a run-queue wait may come out too long. Reports
-//!   print the loss beside each interval.
+//!   off-CPU interval whose switch-in is missing ends at the earliest that
+//!   switch-in can have been (a lower bound), a run-queue wait may come out
+//!   too long. Reports print the loss beside each interval.
 
 use crate::tables::{col, nullable, ColumnType::*, Table};
 
@@ -73,11 +74,12 @@ pub static OFF_CPU_INTERVAL: Table = Table {
     name: "off_cpu_interval",
     group: DERIVED_GROUP,
     doc: "Off-CPU intervals, paired once: the rows of the `off_cpu` view (from the `sched_switch` that took a \
-          thread off the CPU to the next one that put it back, on any CPU), written by `hindsight index`.",
+          thread off the CPU to the next one that put it back, on any CPU, or where that one left no event, to \
+          the earliest it can have been), written by `hindsight index`.",
     sort_key: &["tid", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the thread was switched out."),
-        col("ts_end", Timestamp, "ns, UTC", "When it was next switched in."),
+        col("ts_end", Timestamp, "ns, UTC", "When it was next switched in (or, that switch unseen, the earliest it can have been)."),
         col("dur_ns", Int64, "ns", "Time off the CPU: `ts_end - ts`."),
         col("tid", Int32, "", "Thread."),
         col("pid", Int32, "", "Process of the thread."),

@@ -372,6 +372,9 @@ pub struct Pairing {
     /// Session starts still ahead: state is dropped when one is crossed.
     session_starts: VecDeque<i64>,
     on_cpu: Vec<Option<OnCpu>>,
+    /// When each CPU last switched: the earliest a switch-in that left no
+    /// event there can have happened.
+    last_switch: Vec<Option<i64>>,
     threads: HashMap<i32, ThreadState>,
     /// The events of one instant, taken from the streams together.
     instant: Vec<(u8, usize)>,
@@ -397,6 +400,7 @@ impl Pairing {
             late: 0,
             session_starts: session_starts.into(),
             on_cpu: Vec::new(),
+            last_switch: Vec::new(),
             threads: HashMap::new(),
             instant: Vec::new(),
             slices: Rows::new(&CPU_SLICE),
@@ -548,6 +552,7 @@ impl Pairing {
         {
             self.session_starts.pop_front();
             self.on_cpu.iter_mut().for_each(|c| *c = None);
+            self.last_switch.iter_mut().for_each(|c| *c = None);
             self.threads.clear();
         }
         let mut instant = std::mem::take(&mut self.instant);
@@ -599,6 +604,21 @@ impl Pairing {
         if s.prev_tid == 0 {
             return;
         }
+        // Switched out again with no switch-in seen: it was put on this CPU
+        // without an event (see the `off_cpu` view), after the CPU's last
+        // switch. That instant ends its time off the CPU: a lower bound
+        // (none where nothing switched there since it left).
+        let unseen_in = self.threads.get_mut(&s.prev_tid).and_then(|t| t.out.take());
+        if let Some(out) = unseen_in {
+            let since = self
+                .last_switch
+                .get(s.cpu.max(0) as usize)
+                .copied()
+                .flatten();
+            if let Some(since) = since.filter(|&since| since > out.ts) {
+                self.end_off_cpu(out, s.prev_tid, since, s.cpu);
+            }
+        }
         let dead = matches!(self.names.name(s.prev_state), "X" | "Z");
         let out = (!dead).then_some(Out {
             ts: s.ts,
@@ -629,6 +649,10 @@ impl Pairing {
         if self.on_cpu.len() <= cpu {
             self.on_cpu.resize(cpu + 1, None);
         }
+        if self.last_switch.len() <= cpu {
+            self.last_switch.resize(cpu + 1, None);
+        }
+        self.last_switch[cpu] = Some(s.ts);
         if let Some(on) = self.on_cpu[cpu].take() {
             if on.tid == s.prev_tid {
                 self.slices.push(
@@ -655,21 +679,7 @@ impl Pairing {
         thread.running = true;
         let (out, wait) = (thread.out.take(), thread.wait.take());
         if let Some(out) = out {
-            self.off_cpu.push(
-                out.ts,
-                s.ts,
-                &[s.next_tid, out.pid, out.cpu, s.cpu],
-                &[self.names.name(out.comm), self.names.name(out.state)],
-            );
-            self.off_cpu.stack_id.append_option(out.stack_id);
-            let share = match self.names.name(out.state) {
-                "S" => Share::OffS,
-                "D" => Share::OffD,
-                "R" | "R+" => Share::OffR,
-                _ => Share::OffOther,
-            };
-            self.seconds
-                .add(out.ts, s.ts, (s.next_tid, out.pid, out.comm), share);
+            self.end_off_cpu(out, s.next_tid, s.ts, s.cpu);
         }
         if let Some(wait) = wait {
             let after = if wait.preempted {
@@ -686,6 +696,25 @@ impl Pairing {
             let who = (s.next_tid, wait.pid, wait.comm);
             self.seconds.add(wait.ts, s.ts, who, Share::Runq);
         }
+    }
+
+    /// A thread's time off the CPU since `out`, ended at `end` on `cpu`.
+    fn end_off_cpu(&mut self, out: Out, tid: i32, end: i64, cpu: i32) {
+        self.off_cpu.push(
+            out.ts,
+            end,
+            &[tid, out.pid, out.cpu, cpu],
+            &[self.names.name(out.comm), self.names.name(out.state)],
+        );
+        self.off_cpu.stack_id.append_option(out.stack_id);
+        let share = match self.names.name(out.state) {
+            "S" => Share::OffS,
+            "D" => Share::OffD,
+            "R" | "R+" => Share::OffR,
+            _ => Share::OffOther,
+        };
+        self.seconds
+            .add(out.ts, end, (tid, out.pid, out.comm), share);
     }
 
     /// The rows finished so far, one batch per derived table in the order

@@ -99,10 +99,14 @@ pub static OFF_CPU: View = View {
     doc: "Off-CPU intervals: one row per time a thread was off the CPU, from the `sched_switch` that took it off \
           to the next one that put it back (on any CPU), with the state it left in: `R` means preempted (it waited \
           in a run queue), `S`/`D` blocked (sleep, I/O, a lock). BCC's offcputime counts `state <> 'R'`. \
-          A thread that never ran again before the recording ended has no row.",
+          A thread that never ran again before the recording ended has no row. \
+          Where the switch that put it back left no event (the kernel puts a thread on a CPU now and then without \
+          one, see `cpu_time`, or the event was lost) and the thread is next seen leaving a CPU, the interval ends \
+          at the last switch recorded on that CPU before it left, the earliest it can have come back: a lower bound \
+          (no row where that switch is not after it left).",
     columns: &[
         col("ts", Timestamp, false, "ns, UTC", "When the thread was switched out."),
-        col("ts_end", Timestamp, false, "ns, UTC", "When it was next switched in."),
+        col("ts_end", Timestamp, false, "ns, UTC", "When it was next switched in (or, that switch unseen, the earliest it can have been)."),
         col("dur_ns", Int64, false, "ns", "Time off the CPU: `ts_end - ts`."),
         col("tid", Int32, false, "", "Thread."),
         col("pid", Int32, false, "", "Process of the thread."),
@@ -112,23 +116,27 @@ pub static OFF_CPU: View = View {
         col("next_cpu", Int32, false, "", "CPU it came back on."),
         col("stack_id", Int64, true, "", "Stack it blocked in (recorded with `--off-cpu-stacks`, else null); join `stack`."),
     ],
+    // `cpu_before`: the switch before each switch-out on its CPU, after
+    // which an unseen switch-in of the leaving thread happened (unused on
+    // switch-ins, where it repeats `ts` only to keep the column's type).
     template: "SELECT {host}ts, ts_end, CAST(ts_end AS BIGINT) - CAST(ts AS BIGINT) AS dur_ns, tid, pid, comm, state, cpu, next_cpu, stack_id
 FROM (
   SELECT {host}ts, tid, pid, comm, state, cpu, is_in, stack_id,
-    lead(ts) OVER thread AS ts_end,
-    lead(cpu) OVER thread AS next_cpu,
-    lead(is_in) OVER thread AS next_is_in
+    CASE WHEN lead(is_in) OVER thread THEN lead(ts) OVER thread
+      WHEN lead(cpu_before) OVER thread > ts THEN lead(cpu_before) OVER thread END AS ts_end,
+    lead(cpu) OVER thread AS next_cpu
   FROM (
     SELECT {host}ts, prev_tid AS tid, prev_pid AS pid, CAST(prev_comm AS VARCHAR) AS comm,
-      CAST(prev_state AS VARCHAR) AS state, cpu, FALSE AS is_in, stack_id
-    FROM sched_switch WHERE prev_tid <> 0
+      CAST(prev_state AS VARCHAR) AS state, cpu, FALSE AS is_in, stack_id, cpu_before
+    FROM (SELECT *, lag(ts) OVER (PARTITION BY {host}cpu ORDER BY ts) AS cpu_before FROM sched_switch) s
+    WHERE prev_tid <> 0
     UNION ALL
-    SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), CAST(NULL AS VARCHAR), cpu, TRUE, CAST(NULL AS BIGINT)
+    SELECT {host}ts, next_tid, next_pid, CAST(next_comm AS VARCHAR), CAST(NULL AS VARCHAR), cpu, TRUE, CAST(NULL AS BIGINT), ts AS cpu_before
     FROM sched_switch WHERE next_tid <> 0
   ) switches
   WINDOW thread AS (PARTITION BY {host}tid ORDER BY ts, is_in)
 ) edges
-WHERE NOT is_in AND next_is_in",
+WHERE NOT is_in AND ts_end IS NOT NULL",
 };
 
 pub static RUNQ_LATENCY: View = View {

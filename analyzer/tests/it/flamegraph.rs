@@ -138,7 +138,8 @@ fn svg_and_sql_are_there_on_request() {
     );
     assert!(stdout(&out).is_empty());
     let text = folded(&rec, &["--off-cpu", "--show-sql"]);
-    assert!(text.starts_with("WITH switches AS"), "{text}");
+    assert!(text.starts_with("WITH weights AS"), "{text}");
+    assert!(text.contains("FROM off_cpu\n"), "{text}");
     let usage = hindsight(["flamegraph", rec.dir.to_str().unwrap()]);
     assert_eq!(
         usage.status.code(),

@@ -7,7 +7,7 @@ use hindsight_schemas::tables::{COUNTER, SCHED_SWITCH, SCHED_WAKEUP};
 use hindsight_schemas::VIEWS;
 use serde_json::{json, Value};
 
-use crate::fixture::{t, Fixture, Rec};
+use crate::fixture::{hindsight, stderr, t, Fixture, Rec};
 
 /// A tiny deterministic generator, so the schedule is the same every run.
 struct Lcg(u64);
@@ -172,6 +172,59 @@ fn off_cpu_sums_per_state_equal_the_simulation() {
     })
     .collect();
     assert_eq!(got, truth.off_cpu_ns);
+}
+
+/// The kernel now and then puts a thread on a CPU with no `sched_switch`
+/// (and events get lost): the thread is next seen leaving a CPU. Its time
+/// off the CPU then ends at that CPU's last switch before it left, the
+/// earliest it can have come back, in the view and in the derived table.
+#[test]
+fn an_unseen_switch_in_ends_off_cpu_time_at_the_cpus_last_switch() {
+    let fx = Fixture::new();
+    let rec = fx.recording("rec", "h");
+    let sw = |ms: i64, cpu: i32, prev: i32, state: &str, next: i32| {
+        json!({"ts": t(ms), "cpu": cpu, "prev_tid": prev, "prev_pid": prev, "prev_comm": format!("t{prev}"),
+               "prev_state": state, "prev_prio": 120, "next_tid": next, "next_pid": next,
+               "next_comm": format!("t{next}"), "next_prio": 120, "stack_id": null})
+    };
+    rec.chunk(
+        &SCHED_SWITCH,
+        "20231114T221320.000Z-000001.parquet",
+        &[
+            // 7 sleeps on CPU 0; 9 takes CPU 1 at 30; 7 comes back there
+            // unseen and leaves at 40: off the CPU 10..30 at least.
+            sw(10, 0, 7, "S", 0),
+            sw(30, 1, 0, "R", 9),
+            sw(40, 1, 7, "S", 9),
+            // Seen coming back: 40..50 exactly.
+            sw(50, 0, 0, "R", 7),
+            sw(60, 0, 7, "S", 0),
+            // Back unseen on the CPU it left, with nothing switched between:
+            // no time is known to have passed, and no row says so.
+            sw(70, 0, 7, "S", 0),
+            sw(80, 0, 0, "R", 7),
+        ],
+    );
+    let expected = vec![(10, 30, 1), (40, 50, 0), (70, 80, 0)];
+    let intervals = |table: &str| -> Vec<(i64, i64, i64)> {
+        rows(
+            &rec,
+            &format!(
+                "SELECT CAST(ts AS BIGINT) AS ts, CAST(ts_end AS BIGINT) AS ts_end, next_cpu FROM {table} \
+                 WHERE tid = 7 ORDER BY ts"
+            ),
+        )
+        .iter()
+        .map(|r| {
+            let ms = |c: &str| (r[c].as_i64().unwrap() - t(0)) / 1_000_000;
+            (ms("ts"), ms("ts_end"), r["next_cpu"].as_i64().unwrap())
+        })
+        .collect()
+    };
+    assert_eq!(intervals("off_cpu"), expected);
+    let out = hindsight(["index", rec.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(intervals("off_cpu_interval"), expected);
 }
 
 #[test]

@@ -349,6 +349,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
         format: flamegraph::Format::Svg,
         output: None,
         show_sql: false,
+        indexed: env.indexed,
     };
     let draw = |mode, lines: Vec<String>| -> Result<FlameGraph> {
         if lines.is_empty() {
