@@ -35,6 +35,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "events.h"
+#include "emit.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -52,12 +53,7 @@ struct {
 
 /* Updates that found cache_counts full, per CPU, at index HS_KIND_CACHE:
  * the same shape as every group's ring-loss counters. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} cache_lost SEC(".maps");
+HS_LOSS_MAP(cache_lost);
 
 /* The last get_pages range a thread counted: [index, last]. */
 struct read_range {
@@ -80,10 +76,7 @@ static __always_inline struct hs_cache_counts *counts_of_current(void)
 	if (!c) {
 		struct hs_cache_counts zero = {};
 		if (bpf_map_update_elem(&cache_counts, &tgid, &zero, BPF_NOEXIST) == -7 /* -E2BIG: the map is full */) {
-			__u32 k = HS_KIND_CACHE;
-			__u64 *lost = bpf_map_lookup_elem(&cache_lost, &k);
-			if (lost)
-				*lost += 1;
+			HS_COUNT_LOSS(cache_lost, HS_KIND_CACHE);
 			return NULL;
 		}
 		c = bpf_map_lookup_elem(&cache_counts, &tgid);

@@ -10,8 +10,43 @@
 #include "events.h"
 
 /*
+ * Count one lost record of `kind_` on this CPU in `lost_map` (a per-CPU
+ * array of HS_LOSS_SLOTS struct hs_loss): in this second's slot, then in
+ * the totals, in that order, so that whatever the recorder sees in the
+ * totals it also finds in a second's slot read after them (unless reused).
+ */
+#define HS_COUNT_LOSS(lost_map, kind_)                                         \
+	do {                                                                   \
+		__u32 __kind = (kind_);                                        \
+		__u64 __second = bpf_ktime_get_boot_ns() / 1000000000ULL;      \
+		__u32 __slot = __second % HS_LOSS_SECONDS;                     \
+		struct hs_loss *__l = bpf_map_lookup_elem(&(lost_map), &__slot); \
+		if (__l && __kind < HS_KIND_MAX) {                             \
+			if (__l->second != __second) {                         \
+				for (int __i = 0; __i < HS_KIND_MAX; __i++)     \
+					__l->count[__i] = 0;                   \
+				__l->second = __second;                        \
+			}                                                      \
+			__l->count[__kind] += 1;                               \
+		}                                                              \
+		__u32 __totals = HS_LOSS_TOTAL;                                \
+		__l = bpf_map_lookup_elem(&(lost_map), &__totals);             \
+		if (__l && __kind < HS_KIND_MAX)                               \
+			__l->count[__kind] += 1;                               \
+	} while (0)
+
+/* The loss counters of one program group (see struct hs_loss). */
+#define HS_LOSS_MAP(name)                                                      \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                       \
+		__uint(max_entries, HS_LOSS_SLOTS);                            \
+		__type(key, __u32);                                            \
+		__type(value, struct hs_loss);                                 \
+	} name SEC(".maps")
+
+/*
  * Reserve a record of `type` in `ring`, fill its header, or count one loss
- * for `kind_` on this CPU in `lost_map` (a per-CPU array indexed by kind).
+ * for `kind_` in `lost_map` (HS_COUNT_LOSS).
  */
 #define HS_RESERVE(ring, lost_map, type, kind_)                                \
 	({                                                                     \
@@ -21,10 +56,7 @@
 			__rec->h.kind = (kind_);                               \
 			__rec->h.cpu = bpf_get_smp_processor_id();             \
 		} else {                                                       \
-			__u32 __k = (kind_);                                   \
-			__u64 *__n = bpf_map_lookup_elem(&(lost_map), &__k);   \
-			if (__n)                                               \
-				*__n += 1;                                     \
+			HS_COUNT_LOSS(lost_map, kind_);                        \
 		}                                                              \
 		__rec;                                                         \
 	})

@@ -38,6 +38,25 @@ enum hs_kind {
 	HS_KIND_MAX = 12,
 };
 
+/*
+ * What the programs could not send, per CPU, in one per-CPU array of
+ * HS_LOSS_SLOTS `struct hs_loss` per program group (see HS_COUNT_LOSS).
+ * Slot HS_LOSS_TOTAL holds running totals per kind: exact, whenever the
+ * recorder reads them. Slot `second % HS_LOSS_SECONDS` holds the counts of
+ * that second of the boot clock, so a loss is dated by when it happened,
+ * not by when a recorder starved by the very load that caused it got
+ * round to reading; a slot reused before it was read leaves its counts to
+ * the totals, dated when read.
+ */
+#define HS_LOSS_SECONDS 32
+#define HS_LOSS_TOTAL HS_LOSS_SECONDS
+#define HS_LOSS_SLOTS (HS_LOSS_SECONDS + 1)
+
+struct hs_loss {
+	__u64 second;	/* boot-clock second of the counts (0 in the totals slot) */
+	__u64 count[HS_KIND_MAX];	/* per enum hs_kind */
+};
+
 struct hs_header {
 	__u64 ts;	/* CLOCK_BOOTTIME, ns */
 	__u32 kind;	/* enum hs_kind */

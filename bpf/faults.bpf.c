@@ -31,12 +31,7 @@ struct {
 } fault_events SEC(".maps");
 
 /* Records that found the ring full, per CPU and per kind. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} fault_lost SEC(".maps");
+HS_LOSS_MAP(fault_lost);
 
 /* Faults seen since the last one sent, per CPU. */
 struct {

@@ -43,12 +43,7 @@ struct {
 } numa_events SEC(".maps");
 
 /* Records that found the ring full, per CPU and per kind. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} numa_lost SEC(".maps");
+HS_LOSS_MAP(numa_lost);
 
 static __always_inline __s32 node_of(int cpu)
 {

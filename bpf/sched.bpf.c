@@ -23,12 +23,7 @@ struct {
 } sched_events SEC(".maps");
 
 /* Records that found the ring full, per CPU and per kind. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} sched_lost SEC(".maps");
+HS_LOSS_MAP(sched_lost);
 
 /* Set by user space before load (--off-cpu-stacks): send each switch with
  * the stack of the task leaving the CPU. */

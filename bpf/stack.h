@@ -7,7 +7,7 @@
 #ifndef HINDSIGHT_STACK_H
 #define HINDSIGHT_STACK_H
 
-#include "events.h"
+#include "emit.h"
 
 #define HS_STACK_BYTES (HS_STACK_DEPTH * sizeof(__u64))
 
@@ -47,12 +47,8 @@ static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s, __u64 
 		__u64 __rsize = bpf_ringbuf_query(&(ring), BPF_RB_RING_SIZE);   \
 		__u64 __flags = __avail >= __rsize / 4 ? BPF_RB_FORCE_WAKEUP   \
 						       : BPF_RB_NO_WAKEUP;     \
-		if (bpf_ringbuf_output(&(ring), (rec), (size), __flags)) {     \
-			__u32 __k = (kind_);                                   \
-			__u64 *__n = bpf_map_lookup_elem(&(lost_map), &__k);   \
-			if (__n)                                               \
-				*__n += 1;                                     \
-		}                                                              \
+		if (bpf_ringbuf_output(&(ring), (rec), (size), __flags))       \
+			HS_COUNT_LOSS(lost_map, kind_);                        \
 	} while (0)
 
 #endif /* HINDSIGHT_STACK_H */

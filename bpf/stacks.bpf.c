@@ -25,12 +25,7 @@ struct {
 } stack_events SEC(".maps");
 
 /* Records that found the ring full, per CPU and per kind. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stack_lost SEC(".maps");
+HS_LOSS_MAP(stack_lost);
 
 /* A record is built here, then only its filled part is copied to the ring:
  * too big for the BPF stack, and most of `ips` stays unused. */

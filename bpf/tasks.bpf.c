@@ -30,12 +30,7 @@ struct {
 } task_events SEC(".maps");
 
 /* Records that found the ring full, per CPU and per kind. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, HS_KIND_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} task_lost SEC(".maps");
+HS_LOSS_MAP(task_lost);
 
 SEC("tp_btf/sched_process_free")
 int BPF_PROG(hs_sched_process_free, struct task_struct *p)

@@ -32,6 +32,7 @@ pub mod decode;
 pub mod elf;
 #[cfg(test)]
 mod kernel_tests;
+pub mod losses;
 pub mod private_dir;
 pub mod procfs;
 pub mod recorder;

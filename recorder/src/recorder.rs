@@ -222,8 +222,8 @@ impl Collector {
 /// Per-CPU ring-full counters of every loaded group, and the runs the
 /// kernel skipped of every program, read as deltas since the last reading.
 struct LossCounters {
-    /// Last totals, per (lost map, kind), per CPU.
-    last: Vec<Vec<Vec<u64>>>,
+    /// Per lost map: what its counters showed at the last reading.
+    groups: Vec<crate::losses::GroupLosses>,
     last_decode_errors: u64,
     /// Last `recursion_misses` per program.
     last_misses: Vec<u64>,
@@ -250,7 +250,7 @@ pub(crate) fn recursion_misses(program: &libbpf_rs::Program<'_>) -> Option<u64> 
 impl LossCounters {
     fn new() -> Self {
         LossCounters {
-            last: Vec::new(),
+            groups: Vec::new(),
             last_decode_errors: 0,
             last_misses: Vec::new(),
         }
@@ -262,41 +262,51 @@ impl LossCounters {
         programs: &[libbpf_rs::Program<'_>],
         collector: &mut Collector,
     ) -> anyhow::Result<u64> {
+        use crate::losses::Slot;
         let now = clock::utc_now_ns();
         let kinds = hs_kind::HS_KIND_MAX.0 as usize;
-        self.last
-            .resize_with(maps.len(), || vec![Vec::new(); kinds]);
+        let read_slot = |map: &dyn MapCore, index: u32| -> anyhow::Result<Vec<Slot>> {
+            let per_cpu = map
+                .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+                .context("reading BPF loss counters")?
+                .unwrap_or_default();
+            Ok(per_cpu.iter().map(|b| Slot::parse(b, kinds)).collect())
+        };
+        self.groups.resize_with(maps.len(), Default::default);
         let mut lost_now = 0;
-        for (map, last_of_map) in maps.iter().zip(&mut self.last) {
-            for kind in 1..kinds as u32 {
-                let per_cpu = map
-                    .lookup_percpu(&kind.to_ne_bytes(), MapFlags::ANY)
-                    .context("reading BPF loss counters")?
-                    .unwrap_or_default();
-                let last = &mut last_of_map[kind as usize];
-                last.resize(per_cpu.len(), 0);
-                for (cpu, value) in per_cpu.iter().enumerate() {
-                    let total = value
-                        .get(..8)
-                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-                        .unwrap_or(0);
-                    let delta = total.saturating_sub(last[cpu]);
-                    last[cpu] = total;
-                    if delta > 0 {
-                        // The cache group aggregates in a map, not a ring: its losses are a full map.
-                        let cause = if kind == hs_kind::HS_KIND_CACHE.0 {
-                            "map_full"
-                        } else {
-                            "ring_full"
-                        };
-                        let source = format!("{cause}:{}", table_of_kind(kind));
-                        collector
-                            .rows
-                            .loss
-                            .push(now, Some(cpu as i32), &source, delta as i64);
-                        lost_now += delta;
-                    }
-                }
+        for (map, group) in maps.iter().zip(&mut self.groups) {
+            // The last slot holds the totals; the others, one second each.
+            let seconds = map.max_entries().saturating_sub(1);
+            let totals: Vec<Vec<u64>> = read_slot(*map, seconds)?
+                .into_iter()
+                .map(|slot| slot.counts)
+                .collect();
+            if !group.changed(&totals) {
+                continue;
+            }
+            let slots = (0..seconds)
+                .map(|index| read_slot(*map, index))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            for lost in group.account(&totals, &slots) {
+                // The cache group aggregates in a map, not a ring: its losses are a full map.
+                let kind = lost.kind as u32;
+                let cause = if kind == hs_kind::HS_KIND_CACHE.0 {
+                    "map_full"
+                } else {
+                    "ring_full"
+                };
+                let source = format!("{cause}:{}", table_of_kind(kind));
+                // Dated by the end of its second, which a slot read within
+                // that second has not reached yet.
+                let ts = lost.second.map_or(now, |second| {
+                    let end = (second + 1).saturating_mul(1_000_000_000);
+                    collector.decoder.offset.to_utc_ns(end).min(now)
+                });
+                collector
+                    .rows
+                    .loss
+                    .push(ts, Some(lost.cpu as i32), &source, lost.count as i64);
+                lost_now += lost.count;
             }
         }
         self.last_misses.resize(programs.len(), 0);

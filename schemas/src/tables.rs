@@ -218,10 +218,13 @@ pub static LOSS: Table = Table {
     name: "loss",
     group: "always",
     doc: "What the recording could not see: events dropped, per CPU, per source and per interval. \
-          A row is written for each flush interval in which something was lost; no row means nothing was lost.",
+          A row is written for each second (`ring_full`, `map_full`: dated by the kernel as they happened, however \
+          late the recorder read them) or reading interval (the others) in which something was lost; no row means \
+          nothing was lost.",
     sort_key: &["ts"],
     columns: &[
-        col("ts", Timestamp, "ns, UTC", "End of the interval in which the events were lost."),
+        col("ts", Timestamp, "ns, UTC", "End of the second or interval in which the events were lost (ring or map losses \
+            the recorder read too late to date, when it read them)."),
         nullable("cpu", Int32, "", "CPU the loss happened on; null where it is not per CPU."),
         col("source", Name, "", "What was lost, as `<cause>:<table>`: `ring_full:sched_switch` (the BPF ring buffer was full), \
             `map_full:page_cache` (the kernel's aggregation map was full), `decode_error:unknown` (a record the recorder could not read), \

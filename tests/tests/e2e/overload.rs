@@ -31,7 +31,9 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
         .args(["-n", "19"])
         .arg(release_bin("hindsight-record"));
     let recorder = Recorder::start_command(niced, &rec, &["--chunk", "5s"]);
+    let storm_began = utc_now_ns();
     let out = run(Command::new(bin("hs-pingpong")).args(["--rounds", "100000", "--pairs", "8"]));
+    let storm_ended = utc_now_ns();
     assert!(
         out.status.success(),
         "{}",
@@ -83,17 +85,30 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
         peak_kb < RSS_BOUND_KB,
         "peak RSS {peak_kb} kB exceeds the stated {RSS_BOUND_KB} kB"
     );
-    // The losses are spread over the storm (the loop keeps its timers), and
-    // counted per CPU: the pairs ran on every CPU, so every CPU lost some,
-    // and no loss row of the ring is without its CPU.
+    // The losses are dated by the second they happened in, however late
+    // the starved recorder read them: every whole second inside the storm
+    // (one fewer than its length, at worst) lost some, as the ring stays
+    // full while it lasts, and no loss lies outside it. They
+    // are counted per CPU: the pairs ran on every CPU, so every CPU lost
+    // some, and no loss row of the ring is without its CPU.
     let intervals = sql(
         &rec,
-        "SELECT COUNT(DISTINCT ts) AS n, COUNT(DISTINCT cpu) AS cpus,
-            SUM(CASE WHEN cpu IS NULL THEN 1 ELSE 0 END) AS without_cpu
-         FROM loss WHERE source = 'ring_full:sched_switch'",
+        &format!(
+            "SELECT COUNT(DISTINCT ts) AS n, COUNT(DISTINCT cpu) AS cpus,
+                SUM(CASE WHEN cpu IS NULL THEN 1 ELSE 0 END) AS without_cpu,
+                SUM(CASE WHEN CAST(ts AS BIGINT) < {storm_began}
+                          OR CAST(ts AS BIGINT) > {storm_ended} + 1000000000 THEN 1 ELSE 0 END) AS outside
+             FROM loss WHERE source = 'ring_full:sched_switch'"
+        ),
     );
+    let storm_seconds = (storm_ended - storm_began) / 1_000_000_000;
+    eprintln!("storm: {storm_seconds} whole seconds; losses {intervals:?}");
     let online = std::thread::available_parallelism().unwrap().get() as i64;
-    assert!(intervals[0]["n"].as_i64().unwrap() >= 2, "{intervals:?}");
+    assert!(
+        intervals[0]["n"].as_i64().unwrap() >= (storm_seconds - 1).max(2),
+        "losses in every second of a {storm_seconds} s storm: {intervals:?}"
+    );
+    assert_eq!(intervals[0]["outside"].as_i64(), Some(0), "{intervals:?}");
     assert_eq!(intervals[0]["cpus"].as_i64(), Some(online), "{intervals:?}");
     assert_eq!(
         intervals[0]["without_cpu"].as_i64(),
