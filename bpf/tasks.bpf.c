@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The `tasks` event group's one program: every process's final counters,
+ * The `tasks` event group: every process's final counters,
  * the way atop's process accounting sees a process that ended between two
  * snapshots of /proc.
  *
@@ -32,6 +32,47 @@ struct {
 /* Records that found the ring full, per CPU and per kind. */
 HS_LOSS_MAP(task_lost);
 
+/*
+ * When each process ended: its last thread's exit, which is when atop's
+ * process accounting writes its record. The free that reports the final
+ * counters runs from an RCU callback after the parent reaps, normally
+ * milliseconds later but seconds later when RCU's kthreads are starved
+ * (CPU hogs at nice -20 were seen to hold it back past a recorder's stop):
+ * its record is dated by the exit, and a recorder that stops waits for the
+ * frees of processes already reaped (the entries left here).
+ * Keyed by the leader's task_struct, which cannot be reused before it is
+ * freed (a pid can).
+ */
+struct hs_exited {
+	__u64 exit_ts;	/* CLOCK_BOOTTIME, ns */
+	__u32 pid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct hs_exited);
+} exited SEC(".maps");
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(hs_sched_process_exit, struct task_struct *p)
+{
+	/* The tracepoint comes after do_exit counted this thread out of the
+	 * group: no live thread left means the process ends here. */
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	__u64 leader = (__u64)BPF_CORE_READ(p, group_leader);
+	struct hs_exited e = {
+		.exit_ts = bpf_ktime_get_boot_ns(),
+		.pid = p->tgid,
+	};
+	/* Full (16384 processes ended and not yet freed): dated by its free. */
+	bpf_map_update_elem(&exited, &leader, &e, BPF_ANY);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_free")
 int BPF_PROG(hs_sched_process_free, struct task_struct *p)
 {
@@ -44,8 +85,15 @@ int BPF_PROG(hs_sched_process_free, struct task_struct *p)
 		return 0;
 	struct hs_task_exit *e = HS_RESERVE(task_events, task_lost,
 					    struct hs_task_exit, HS_KIND_TASK_EXIT);
+	__u64 key = (__u64)p;
+	struct hs_exited *ended = bpf_map_lookup_elem(&exited, &key);
+	__u64 exit_ts = ended ? ended->exit_ts : 0;
+	if (ended)
+		bpf_map_delete_elem(&exited, &key);
 	if (!e)
 		return 0;
+	if (exit_ts)
+		e->h.ts = exit_ts;
 	e->pid = p->tgid;
 	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
 	e->start_boottime = p->start_boottime;

@@ -219,6 +219,37 @@ impl Collector {
     }
 }
 
+/// How long a stop waits for the final counters of processes already
+/// reaped: the kernel hands them over when it frees the task, from an RCU
+/// callback, which starved kthreads can hold back for seconds (RCU's lazy
+/// callbacks wait up to 10 s).
+const FREE_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits up to [`FREE_WAIT`] for the frees of processes that ended and were
+/// reaped while recording (the `exited` map of `bpf/tasks.bpf.c`; a zombie,
+/// still in /proc, is not waited for), draining the rings meanwhile.
+/// Returns how many never came.
+const _: () = assert!(size_of::<crate::bpf::tasks::types::hs_exited>() == 16);
+
+fn await_frees(exited: &dyn MapCore, procfs: &Procfs, ring: Option<&libbpf_rs::RingBuffer>) -> u64 {
+    let deadline = Instant::now() + FREE_WAIT;
+    loop {
+        let reaped = exited
+            .keys()
+            .filter_map(|key| exited.lookup(&key, MapFlags::ANY).ok().flatten())
+            .filter_map(|value| Some(u32::from_ne_bytes(value.get(8..12)?.try_into().ok()?)))
+            .filter(|pid| !procfs.proc_root().join(pid.to_string()).exists())
+            .count() as u64;
+        if reaped == 0 || Instant::now() >= deadline {
+            return reaped;
+        }
+        if let Some(ring) = ring {
+            let _ = ring.consume_raw();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Per-CPU ring-full counters of every loaded group, and the runs the
 /// kernel skipped of every program, read as deltas since the last reading.
 struct LossCounters {
@@ -964,6 +995,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     // what the kernel already handed over, then read the loss counters, and
     // close everything: a stop keeps every event it saw and never leaves a
     // half-written file behind.
+    let not_freed = match (&failure, &tasks) {
+        (None, Some(tasks)) => await_frees(&tasks.skel.maps.exited, &procfs, ring.as_ref()),
+        _ => 0,
+    };
     for links in &attached {
         links.detach();
     }
@@ -974,6 +1009,15 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut c = collector.borrow_mut();
     if let Ok(n) = losses.read(&lost_maps, &programs, &mut c) {
         lost_total += n;
+    }
+    if not_freed > 0 {
+        c.rows.loss.push(
+            clock::utc_now_ns(),
+            None,
+            "not_freed:task_stat",
+            not_freed as i64,
+        );
+        lost_total += not_freed;
     }
     // Every frame sent to the symbolizer is named before the last chunk closes.
     drop(c.stacks.take());

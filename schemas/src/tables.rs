@@ -230,7 +230,8 @@ pub static LOSS: Table = Table {
             `map_full:page_cache` (the kernel's aggregation map was full), `decode_error:unknown` (a record the recorder could not read), \
             `late:counter` / `late:task_stat` / `late:page_cache` (the recorder was busy past a timer round and skipped it), \
             `recursion:<tracepoint>` (the kernel skipped a BPF program because it was already running on that CPU, \
-            e.g. `recursion:sched_wakeup`: that event is missing)."),
+            e.g. `recursion:sched_wakeup`: that event is missing), `not_freed:task_stat` (processes reaped before the \
+            recorder stopped whose final counters the kernel had not handed over 10 s later: their last rows are missing)."),
         col("lost", Int64, "events", "Number of events lost; for `late:` sources, the number of timer rounds skipped."),
     ],
 };

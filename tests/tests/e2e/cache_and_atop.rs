@@ -274,6 +274,22 @@ fn processes_that_end_between_snapshots_have_atop_lines_that_add_up() {
         assert!((got_cpu - cpu).abs() < 0.002, "{what}");
         assert!((got_faults - faults).abs() < 0.5, "{what}");
         assert!((got_switches - switches).abs() < 0.5, "{what}");
+        // Its final counters are dated by its exit, as atop's accounting
+        // record is, not by the task's free, which comes after the reap (and,
+        // RCU's threads starved, seconds after): before its output closed.
+        let closed = json["closed_utc_ns"].as_i64().unwrap();
+        let ended = sql(
+            &rec,
+            &format!(
+                "SELECT CAST(ts AS BIGINT) AS ts FROM task_stat WHERE pid = {pid} AND state = 'X'"
+            ),
+        );
+        assert_eq!(ended.len(), 1, "one final row: {ended:?}");
+        let before_close_us = (closed - ended[0]["ts"].as_i64().unwrap()) / 1000;
+        assert!(
+            (0..100_000).contains(&before_close_us),
+            "final row {before_close_us} µs before its output closed"
+        );
     }
     // The short burner lived a third of an interval: its lines show what
     // it got of a core over its own life (about all of one), not a third.

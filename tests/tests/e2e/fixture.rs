@@ -272,6 +272,9 @@ pub fn load_reaped(args: &[&str]) -> (serde_json::Value, libc::rusage) {
         .expect("spawn hs-load");
     let mut out = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    // Its standard output closes as it exits, after the kernel's
+    // sched_process_exit and before its parent can reap it.
+    let closed_utc_ns = utc_now_ns();
     let pid = child.id() as i32;
     let mut status = 0;
     // SAFETY: wait4 fills the status and rusage we own.
@@ -284,6 +287,7 @@ pub fn load_reaped(args: &[&str]) -> (serde_json::Value, libc::rusage) {
     );
     let mut json: serde_json::Value = serde_json::from_slice(&out).expect("hs-load prints JSON");
     json["pid"] = pid.into();
+    json["closed_utc_ns"] = closed_utc_ns.into();
     (json, usage)
 }
 
