@@ -99,11 +99,20 @@ struct folio___order {
 	unsigned char _folio_order;
 } __attribute__((preserve_access_index));
 
+/* Before 6.18 a folio's flags are a plain word (then memdesc_flags_t). */
+struct folio___word_flags {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
 /* 2^order pages of a folio: order-0 unless the head flag says it is large. */
 static __always_inline __u64 folio_pages(struct folio *folio)
 {
 	unsigned long flags = 0;
-	bpf_core_read(&flags, sizeof(flags), &folio->flags);
+	struct folio___word_flags *word = (void *)folio;
+	if (bpf_core_field_exists(word->flags))
+		flags = BPF_CORE_READ(word, flags);
+	else
+		bpf_core_read(&flags, sizeof(flags), &folio->flags);
 	__u32 head = bpf_core_enum_value(enum pageflags, PG_head);
 	if (!(flags & (1UL << head)))
 		return 1;

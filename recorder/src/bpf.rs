@@ -63,6 +63,63 @@ pub enum Unsupported {
     NoBtf,
     #[error("the kernel refused to load the BPF programs ({0}): is BPF enabled, and not blocked by lockdown or an LSM?")]
     LoadRefused(String),
+    #[error("no event group could record on this kernel: {0}")]
+    NoGroup(String),
+}
+
+/// libbpf's messages. Held back while a group loads: when this kernel
+/// refuses a program, libbpf prints the verifier's whole log (hundreds of
+/// lines), of which [`refusal`] keeps the one that says why.
+/// `HINDSIGHT_BPF_LOG=1` prints them all as they come.
+static LIBBPF_LOG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Routes libbpf's warnings to [`LIBBPF_LOG`] (or to stderr, all of them,
+/// with `HINDSIGHT_BPF_LOG=1`). Call once, before loading anything.
+pub fn hold_back_libbpf_log() {
+    if std::env::var_os("HINDSIGHT_BPF_LOG").is_some() {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |_, msg: String| {
+            eprint!("{msg}")
+        })));
+        return;
+    }
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, |_, msg: String| {
+        let mut log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());
+        // A bound: the log of one refused program, not of a day's runs.
+        if log.len() < 10_000 {
+            log.push(msg);
+        }
+    })));
+}
+
+/// Why libbpf could not load a group, in one line: the relocation or
+/// verifier message that names what this kernel lacks, from what libbpf
+/// logged since the last call; `error` where it logged nothing useful.
+fn refusal(error: &libbpf_rs::Error) -> String {
+    let log = std::mem::take(&mut *LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()));
+    let lines: Vec<&str> = log.iter().flat_map(|m| m.lines()).map(str::trim).collect();
+    let program = lines
+        .iter()
+        .find_map(|l| l.split("prog '").nth(1)?.split('\'').next());
+    // A relocation this kernel's BTF cannot satisfy, or else the verifier's
+    // last word, just before its statistics line.
+    let reason = lines
+        .iter()
+        .find(|l| l.contains("failed to resolve CO-RE relocation"))
+        .or_else(|| {
+            let stats = lines.iter().position(|l| l.starts_with("processed "))?;
+            lines[..stats].last()
+        })
+        .map(|l| l.trim_start_matches("libbpf: "));
+    match (program, reason) {
+        (Some(program), Some(reason)) => format!("program {program}: {reason}"),
+        (None, Some(reason)) => reason.to_owned(),
+        _ => error.to_string(),
+    }
+}
+
+/// Discards what libbpf logged while a group loaded fine.
+fn forget_libbpf_log() {
+    LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
 const CAP_DAC_OVERRIDE: u32 = 1;
@@ -312,7 +369,8 @@ pub fn load_sched<'obj>(
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     let links = attach_loaded("sched", skel.object_mut(), &mut skipped)?;
     Ok(SchedProbes {
         skel,
@@ -356,7 +414,8 @@ pub fn load_faults<'obj>(
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     let links = attach_loaded("faults", skel.object_mut(), &mut skipped)?;
     Ok(FaultProbes {
         skel,
@@ -404,7 +463,8 @@ pub fn load_numa<'obj>(
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     for (cpu, node) in cpu_nodes.iter().enumerate() {
         // Stored plus one: an entry left at 0 reads as unknown.
         let value = node.map_or(0, |n| n + 1);
@@ -488,10 +548,17 @@ pub fn load_cache<'obj>(
     } else {
         12
     };
+    // Without its accesses, the group's misses have nothing to be a share of.
+    if !catalog.has("mm_filemap_get_pages") {
+        anyhow::bail!(
+            "this kernel has no tracepoint filemap:mm_filemap_get_pages, without which page-cache accesses cannot be counted"
+        );
+    }
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     let links = attach_loaded("cache", skel.object_mut(), &mut skipped)?;
     Ok(CacheProbes {
         skel,
@@ -520,7 +587,8 @@ pub fn load_tasks<'obj>(
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     let links = attach_loaded("tasks", skel.object_mut(), &mut skipped)?;
     Ok(TaskProbes {
         skel,
@@ -614,7 +682,8 @@ pub fn load_samples<'obj>(
         .self_tgid = std::process::id();
     let skel = open
         .load()
-        .map_err(|e| Unsupported::LoadRefused(e.to_string()))?;
+        .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
+    forget_libbpf_log();
     let mut links = Vec::new();
     for &cpu in online_cpus {
         let fd = open_cpu_clock(cpu, sample_period_ns(frequency))

@@ -219,6 +219,27 @@ impl Collector {
     }
 }
 
+/// A BPF group's probes, or, where this kernel cannot load them, one
+/// warning that says why and `None`: the other groups still record.
+fn skip_refused<T>(
+    group: &'static str,
+    loaded: anyhow::Result<T>,
+    refused: &mut Vec<(&'static str, String)>,
+) -> Option<T> {
+    match loaded {
+        Ok(probes) => Some(probes),
+        Err(e) => {
+            let why = match e.downcast_ref::<bpf::Unsupported>() {
+                Some(bpf::Unsupported::LoadRefused(why)) => why.clone(),
+                _ => format!("{e:#}"),
+            };
+            eprintln!("hindsight-record: warning: the {group} group cannot record on this kernel ({why}); recording without it");
+            refused.push((group, why));
+            None
+        }
+    }
+}
+
 /// How long a stop waits for the final counters of processes already
 /// reaped: the kernel hands them over when it frees the task, from an RCU
 /// callback, which starved kthreads can hold back for seconds (RCU's lazy
@@ -629,6 +650,7 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
 
 /// Records until the duration ends or a signal arrives.
 pub fn record(config: &Config) -> anyhow::Result<Summary> {
+    bpf::hold_back_libbpf_log();
     let bpf_groups = ["sched", "faults", "numa", "cache", "cpu"];
     let uses_bpf = bpf_groups.iter().any(|g| wants(config, g));
     // `tasks` reads /proc; BPF only adds the final counters of the
@@ -665,34 +687,52 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         recorder_version: env!("CARGO_PKG_VERSION").into(),
     };
 
+    // A group this kernel cannot load is skipped with one warning; the rest record.
+    let mut refused: Vec<(&str, String)> = Vec::new();
     let mut sched_object = MaybeUninit::uninit();
     let sched = match (&catalog, wants(config, "sched")) {
-        (Some(catalog), true) => Some(bpf::load_sched(
-            &mut sched_object,
-            config.ring_size,
-            config.off_cpu_stacks,
-            catalog,
-        )?),
+        (Some(catalog), true) => skip_refused(
+            "sched",
+            bpf::load_sched(
+                &mut sched_object,
+                config.ring_size,
+                config.off_cpu_stacks,
+                catalog,
+            ),
+            &mut refused,
+        ),
         _ => None,
     };
     let mut faults_object = MaybeUninit::uninit();
     let faults = match (&catalog, wants(config, "faults")) {
-        (Some(catalog), true) => Some(bpf::load_faults(
-            &mut faults_object,
-            config.ring_size,
-            config.fault_sample,
-            catalog,
-        )?),
+        (Some(catalog), true) => skip_refused(
+            "faults",
+            bpf::load_faults(
+                &mut faults_object,
+                config.ring_size,
+                config.fault_sample,
+                catalog,
+            ),
+            &mut refused,
+        ),
         _ => None,
     };
     let mut numa_object = MaybeUninit::uninit();
     let numa = match (&catalog, wants(config, "numa")) {
-        (Some(catalog), true) => Some(bpf::load_numa(&mut numa_object, NUMA_RING_SIZE, catalog)?),
+        (Some(catalog), true) => skip_refused(
+            "numa",
+            bpf::load_numa(&mut numa_object, NUMA_RING_SIZE, catalog),
+            &mut refused,
+        ),
         _ => None,
     };
     let mut cache_object = MaybeUninit::uninit();
     let cache = match (&catalog, wants(config, "cache")) {
-        (Some(catalog), true) => Some(bpf::load_cache(&mut cache_object, catalog)?),
+        (Some(catalog), true) => skip_refused(
+            "cache",
+            bpf::load_cache(&mut cache_object, catalog),
+            &mut refused,
+        ),
         _ => None,
     };
     let mut tasks_object = MaybeUninit::uninit();
@@ -712,15 +752,35 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
                 .context("reading /sys/devices/system/cpu/online")?;
             let cpus = crate::procfs::parse_cpu_list(&online);
-            Some(bpf::load_samples(
-                &mut samples_object,
-                sample_ring_size(config.frequency, cpus.len(), config.ring_size),
-                config.frequency,
-                &cpus,
-            )?)
+            skip_refused(
+                "cpu",
+                bpf::load_samples(
+                    &mut samples_object,
+                    sample_ring_size(config.frequency, cpus.len(), config.ring_size),
+                    config.frequency,
+                    &cpus,
+                ),
+                &mut refused,
+            )
         }
         _ => None,
     };
+    // Nothing left to record: the reasons, and exit 3.
+    let records_without_bpf = ["counters", "tasks"].iter().any(|g| wants(config, g));
+    if !refused.is_empty()
+        && !records_without_bpf
+        && bpf_groups.iter().filter(|g| wants(config, g)).count() == refused.len()
+    {
+        let reasons: Vec<String> = refused
+            .iter()
+            .map(|(g, why)| format!("{g}: {why}"))
+            .collect();
+        return Err(bpf::Unsupported::NoGroup(reasons.join("; ")).into());
+    }
+    recording
+        .session_mut()
+        .events
+        .retain(|group| !refused.iter().any(|(g, _)| g == group));
     let records_stacks = samples.is_some() || (sched.is_some() && config.off_cpu_stacks);
     let symbolizer = if records_stacks {
         Some(
@@ -736,6 +796,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     skipped.extend(numa.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(cache.iter().flat_map(|p| p.skipped.iter().cloned()));
     skipped.extend(tasks.iter().flat_map(|p| p.skipped.iter().cloned()));
+    skipped.extend(refused.iter().map(|(group, _)| format!("group:{group}")));
     recording.session_mut().skipped_probes = skipped;
     // The kernel's BTF (several MiB) is only needed to choose programs.
     drop(catalog);
@@ -851,7 +912,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     install_signal_handlers();
     eprintln!(
         "hindsight-record: recording {} to {} ({})",
-        config.events.join(","),
+        recording.session_mut().events.join(","),
         config.output.display(),
         match config.duration {
             Some(d) => format!("for {}s; Ctrl-C stops early", d.as_secs_f64()),

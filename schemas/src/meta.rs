@@ -108,7 +108,9 @@ pub struct Session {
     /// True when `sched_switch.stack_id` was recorded (`--off-cpu-stacks`).
     #[serde(default)]
     pub off_cpu_stacks: bool,
-    /// Tracepoints that could not be attached on this kernel.
+    /// Tracepoints that could not be attached on this kernel
+    /// (`category:name`), and event groups that could not load at all
+    /// (`group:name`; those are not in `events`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_probes: Vec<String>,
 }
