@@ -26,6 +26,15 @@
 //!   it stays alive until its standard input closes (its perf map is read
 //!   while it lives, which the caller decides).
 //!
+//! - `numa-stray MIB SECONDS`: the misplaced-memory problem NUMA balancing
+//!   exists for. It places a MIB mapping on node 1 (`mbind` MPOL_BIND,
+//!   every page written once), frees it of the binding (MPOL_DEFAULT: the
+//!   pages stay where they are), then writes one byte of every page,
+//!   again and again, for SECONDS, from wherever it runs (run it with
+//!   `HS_LOAD_CPU=0`, a CPU of node 0). Prints the node of every page
+//!   (`move_pages`) after placing and at the end: `on_node_before`,
+//!   `on_node_after` (pages per node).
+//!
 //! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N;
 //! with `HS_LOAD_NAME=NAME` it names itself NAME (its comm, 15 bytes at most).
 //!
@@ -71,6 +80,100 @@ fn touch(pages: usize, pause: Duration) -> serde_json::Value {
     // SAFETY: unmapping what we mapped.
     unsafe { libc::munmap(ptr, size) };
     serde_json::json!({ "pages": pages })
+}
+
+/// Pages of `pages` (addresses) per NUMA node, as `move_pages` finds them.
+fn pages_per_node(pages: &[*mut libc::c_void]) -> Vec<u64> {
+    let mut status = vec![0i32; pages.len()];
+    // SAFETY: move_pages with no target nodes only reports the node of each
+    // page into `status`, which has one slot per page.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            pages.len(),
+            pages.as_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    assert_eq!(ret, 0, "move_pages: {}", std::io::Error::last_os_error());
+    let mut per_node = Vec::new();
+    for &node in &status {
+        let node = usize::try_from(node).expect("every page is present");
+        if per_node.len() <= node {
+            per_node.resize(node + 1, 0);
+        }
+        per_node[node] += 1;
+    }
+    per_node
+}
+
+fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
+    let size = mib << 20;
+    // SAFETY: an anonymous private mapping of `size` bytes; checked below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED, "mmap");
+    let policy = |mode: i32, nodes: u64| {
+        let mask = [nodes, 0u64];
+        // SAFETY: mbind over our own mapping; the mask outlives the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                base,
+                size,
+                mode,
+                if nodes == 0 {
+                    std::ptr::null()
+                } else {
+                    mask.as_ptr()
+                },
+                if nodes == 0 { 0 } else { 65 },
+                0,
+            )
+        };
+        assert_eq!(ret, 0, "mbind: {}", std::io::Error::last_os_error());
+    };
+    const MPOL_DEFAULT: i32 = 0;
+    const MPOL_BIND: i32 = 2;
+    policy(MPOL_BIND, 1 << 1);
+    let step = page_size();
+    let pages: Vec<*mut libc::c_void> = (0..size / step)
+        // SAFETY: every offset is inside the mapping.
+        .map(|i| unsafe { base.cast::<u8>().add(i * step) }.cast())
+        .collect();
+    let write_all = |value: u8| {
+        for &page in &pages {
+            // SAFETY: a byte inside our read-write mapping.
+            unsafe { std::ptr::write_volatile(page.cast::<u8>(), value) };
+        }
+    };
+    write_all(1);
+    let before = pages_per_node(&pages);
+    policy(MPOL_DEFAULT, 0);
+    let started = Instant::now();
+    let mut passes = 0u64;
+    while started.elapsed().as_secs_f64() < seconds {
+        passes += 1;
+        write_all(passes as u8);
+    }
+    let after = pages_per_node(&pages);
+    serde_json::json!({
+        "pages": pages.len(),
+        "passes": passes,
+        "on_node_before": before,
+        "on_node_after": after,
+    })
 }
 
 fn fault_storm(seconds: f64, mib: usize) -> serde_json::Value {
@@ -295,6 +398,7 @@ fn main() {
             thread::sleep(Duration::from_secs_f64(arg(1).parse().unwrap()));
             serde_json::json!({})
         }
+        "numa-stray" => numa_stray(arg(1).parse().unwrap(), arg(2).parse().unwrap()),
         "read" => read(arg(1)),
         "evict" => evict(arg(1)),
         "tick" => tick(

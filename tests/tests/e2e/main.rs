@@ -36,3 +36,5 @@ mod stacks;
 mod stop_and_errors;
 /// The incident timeline finds an injected burst; runqlat matches measured lateness.
 mod timeline_and_runqlat;
+/// Debian 12's kernel and a two-node NUMA machine, emulated: the recorder there, the reports here.
+mod vm;

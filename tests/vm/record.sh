@@ -1,0 +1,22 @@
+# In the guest (tests/vm/guest runs it with sh, in OUT): records a known
+# workload with the recorder's default event groups on the guest's kernel.
+#   record.sh REPO
+# Leaves in OUT: rec/ (the recording), record.log (the recorder's stderr),
+# record.status (its exit status), list-events.txt, pingpong.json (the
+# workload's own counts: its threads' context switches from /proc), uname.
+repo="$1"
+uname -r >uname
+"$repo/target/release/hindsight-record" --list-events >list-events.txt 2>&1
+"$repo/target/release/hindsight-record" --output rec --chunk 5s >record.log 2>&1 &
+recorder=$!
+# Started when its first chunk's journal or its banner is there.
+for _ in $(seq 600); do
+  grep -q "recording" record.log 2>/dev/null && break
+  kill -0 "$recorder" 2>/dev/null || break
+  sleep 0.1
+done
+"$repo/target/debug/hs-pingpong" --rounds 2000 --pairs 1 >pingpong.json
+sleep 2
+kill -INT "$recorder"
+wait "$recorder"
+echo $? >record.status
