@@ -63,6 +63,26 @@ pub fn run(args: Args, command_line: Vec<String>) -> anyhow::Result<ExitCode> {
                 if *default { "default " } else { "optional" }
             );
         }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        match recorder::kernel_support() {
+            Some(support) => {
+                println!("\nOn this kernel ({}):", release.trim());
+                println!("{:<10} records (reads /proc)", "counters");
+                for (group, outcome) in support {
+                    match outcome {
+                        Ok(without) if without.is_empty() => println!("{group:<10} records"),
+                        Ok(without) => {
+                            println!("{group:<10} records, without {}", without.join(", "))
+                        }
+                        Err(why) => println!("{group:<10} cannot record: {why}"),
+                    }
+                }
+            }
+            None => println!(
+                "\nRun as root to see what this kernel ({}) records.",
+                release.trim()
+            ),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(cli::Command::Recover { dir }) = &args.command {

@@ -229,15 +229,73 @@ fn skip_refused<T>(
     match loaded {
         Ok(probes) => Some(probes),
         Err(e) => {
-            let why = match e.downcast_ref::<bpf::Unsupported>() {
-                Some(bpf::Unsupported::LoadRefused(why)) => why.clone(),
-                _ => format!("{e:#}"),
-            };
+            let why = refusal_reason(&e);
             eprintln!("hindsight-record: warning: the {group} group cannot record on this kernel ({why}); recording without it");
             refused.push((group, why));
             None
         }
     }
+}
+
+/// Why a group could not load, without the advice about lockdown that
+/// fits when nothing loads.
+fn refusal_reason(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<bpf::Unsupported>() {
+        Some(bpf::Unsupported::LoadRefused(why)) => why.clone(),
+        _ => format!("{e:#}"),
+    }
+}
+
+/// A group and what it records on this kernel: the tracepoints it goes
+/// without, or why it cannot record.
+pub type GroupSupport = (&'static str, Result<Vec<String>, String>);
+
+/// What each BPF event group records on this kernel, for `--list-events`:
+/// each one loaded and attached once, as a recording would, then let go.
+/// `Ok` lists the tracepoints it goes without. `None` without the
+/// privileges or the BTF to try.
+pub fn kernel_support() -> Option<Vec<GroupSupport>> {
+    bpf::hold_back_libbpf_log();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    bpf::check_privileges(&status).ok()?;
+    let catalog = TracepointCatalog::load().ok()?;
+    const RING: u32 = 1 << 20;
+    let outcome = |loaded: anyhow::Result<Vec<String>>| loaded.map_err(|e| refusal_reason(&e));
+    let mut support = Vec::new();
+    let mut object = MaybeUninit::uninit();
+    support.push((
+        "sched",
+        outcome(bpf::load_sched(&mut object, RING, false, &catalog).map(|p| p.skipped)),
+    ));
+    let mut object = MaybeUninit::uninit();
+    support.push((
+        "tasks",
+        outcome(bpf::load_tasks(&mut object, &catalog).map(|p| p.skipped)),
+    ));
+    let mut object = MaybeUninit::uninit();
+    support.push((
+        "numa",
+        outcome(bpf::load_numa(&mut object, NUMA_RING_SIZE, &catalog).map(|p| p.skipped)),
+    ));
+    let mut object = MaybeUninit::uninit();
+    support.push((
+        "cache",
+        outcome(bpf::load_cache(&mut object, &catalog).map(|p| p.skipped)),
+    ));
+    let mut object = MaybeUninit::uninit();
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|online| crate::procfs::parse_cpu_list(&online))
+        .unwrap_or_default();
+    support.push((
+        "cpu",
+        outcome(bpf::load_samples(&mut object, RING, 49, &cpus).map(|_| Vec::new())),
+    ));
+    let mut object = MaybeUninit::uninit();
+    support.push((
+        "faults",
+        outcome(bpf::load_faults(&mut object, RING, 1, &catalog).map(|p| p.skipped)),
+    ));
+    Some(support)
 }
 
 /// How long a stop waits for the final counters of processes already

@@ -101,7 +101,13 @@ fn the_recorder_records_on_debian_12s_kernel() {
         .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
         .unwrap_or_default();
     eprintln!("skipped on {kernel}: {skipped:?}");
+    let listed = fs::read_to_string(out.join("list-events.txt")).unwrap();
+    assert!(listed.contains("sched      records"), "{listed}");
     for group in skipped.iter().filter_map(|p| p.strip_prefix("group:")) {
+        assert!(
+            listed.contains(&format!("{group:<10} cannot record: ")),
+            "--list-events on {kernel} says {group} cannot record: {listed}"
+        );
         assert!(
             log.contains(&format!("the {group} group cannot record on this kernel (")),
             "{group}: {log}"
