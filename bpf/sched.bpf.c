@@ -60,9 +60,10 @@ static __always_inline void fill_switch(struct hs_switch *e, bool preempt,
 	__builtin_memcpy(e->next_comm, next->comm, HS_COMM_LEN);
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
-	     struct task_struct *next, unsigned int prev_state)
+static __always_inline int on_switch(void *ctx, bool preempt,
+				     struct task_struct *prev,
+				     struct task_struct *next,
+				     unsigned int prev_state)
 {
 	/* The tracepoint runs while prev is still current, so its stacks are
 	 * the ones bpf_get_stack reads: where prev blocked. */
@@ -75,7 +76,7 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
 		e->sw.h.kind = HS_KIND_SWITCH_STACK;
 		e->sw.h.cpu = bpf_get_smp_processor_id();
 		fill_switch(&e->sw, preempt, prev, next, prev_state);
-		/* Skip this program, bpf_trace_run4 and __traceiter_sched_switch:
+		/* Skip this program, bpf_trace_run<N> and __traceiter_sched_switch:
 		 * their addresses change with every load, and the stack would
 		 * then too; the leaf is __schedule. */
 		__u32 filled = hs_read_stack(ctx, &e->stack, 3);
@@ -92,6 +93,40 @@ int BPF_PROG(hs_sched_switch, bool preempt, struct task_struct *prev,
 	fill_switch(e, preempt, prev, next, prev_state);
 	HS_SUBMIT(sched_events, e);
 	return 0;
+}
+
+/* 5.18 and later: the state prev left in, as __schedule read it. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(hs_sched_switch__v4, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	return on_switch(ctx, preempt, prev, next, prev_state);
+}
+
+/* Before 5.14 a task's state is `state`, then `__state`. */
+struct task_struct___state_long {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* Before 5.18 the tracepoint passes no state: read it from prev, as the
+ * kernel's own trace event then did (running when preempted). A wakeup
+ * that lands between __schedule's read and this one makes a sleep read as
+ * running: the race that 5.18's argument closed. Untested here: these
+ * machines can fetch no kernel older than 6.1. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(hs_sched_switch__v3, bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	unsigned int state = 0;
+	if (!preempt) {
+		if (bpf_core_field_exists(prev->__state)) {
+			state = BPF_CORE_READ(prev, __state);
+		} else {
+			struct task_struct___state_long *old = (void *)prev;
+			state = (unsigned int)BPF_CORE_READ(old, state);
+		}
+	}
+	return on_switch(ctx, preempt, prev, next, state);
 }
 
 /* Who woke each task, noted at sched_waking and read at sched_wakeup.
