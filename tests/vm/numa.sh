@@ -2,11 +2,11 @@
 # exists for, recorded. A process on CPU 0 (node 0) writes memory that was
 # placed on node 1; balancing scans it, takes hinting faults and migrates
 # the pages to node 0.
-#   numa.sh REPO MIB SECONDS
+#   numa.sh REPO MIB SECONDS QUIET_SECONDS
 # Leaves in OUT: rec/, record.log, record.status, stray.json (the
 # workload's pages per node before and after, from move_pages),
 # vmstat.before and vmstat.after (the guest's /proc/vmstat around it).
-repo="$1" mib="$2" seconds="$3"
+repo="$1" mib="$2" seconds="$3" quiet="$4"
 echo 1 >/proc/sys/kernel/numa_balancing
 "$repo/target/release/hindsight-record" --output rec --chunk 5s --interval 1s >record.log 2>&1 &
 recorder=$!
@@ -15,10 +15,13 @@ for _ in $(seq 600); do
   kill -0 "$recorder" 2>/dev/null || break
   sleep 0.1
 done
+# A quiet stretch before and after, as around a 3 a.m. incident: what the
+# timeline measures the incident against.
+sleep "$quiet"
 cat /proc/vmstat >vmstat.before
 HS_LOAD_CPU=0 HS_LOAD_NAME=numa-stray "$repo/target/debug/hs-load" numa-stray "$mib" "$seconds" >stray.json
 cat /proc/vmstat >vmstat.after
-sleep 2
+sleep "$quiet"
 kill -INT "$recorder"
 wait "$recorder"
 echo $? >record.status

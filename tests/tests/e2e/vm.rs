@@ -57,19 +57,33 @@ fn json(path: &Path) -> serde_json::Value {
         .unwrap()
 }
 
-/// Every context switch of a known workload is in the recording made on
-/// Debian 12's kernel (6.1), and whatever the recorder could not record
-/// there it named on stderr and in `--list-events`.
+/// Debian 12's own kernel.
 #[test]
-fn the_recorder_records_on_debian_12s_kernel() {
+fn the_recorder_records_on_6_1() {
+    records_on("6.1");
+}
+
+/// The kernel of Debian 12's backports.
+#[test]
+fn the_recorder_records_on_6_12() {
+    records_on("6.12");
+}
+
+/// Every context switch of a known workload is in the recording made on a
+/// kernel of `series`, and whatever the recorder could not record there it
+/// named once on stderr, in `--list-events` and in the recording.
+fn records_on(series: &str) {
     let _machine = quiet();
     let scratch = Scratch::new();
-    let out = in_guest(&scratch, &[], "record.sh", &[]);
+    let out = in_guest(&scratch, &["--kernel", series], "record.sh", &[]);
     let kernel = fs::read_to_string(out.join("uname"))
         .unwrap()
         .trim()
         .to_owned();
-    assert!(kernel.starts_with("6.1."), "guest kernel {kernel}");
+    assert!(
+        kernel.starts_with(&format!("{series}.")),
+        "guest kernel {kernel}"
+    );
     let log = fs::read_to_string(out.join("record.log")).unwrap();
     let status = fs::read_to_string(out.join("record.status")).unwrap();
     eprintln!("recorder on {kernel}: exit {status}{log}");
@@ -137,7 +151,7 @@ fn the_recorder_records_on_debian_12s_kernel() {
 fn numa_balancing_moving_a_processs_memory_is_recorded_and_reported() {
     let _machine = quiet();
     let scratch = Scratch::new();
-    let out = in_guest(&scratch, &["--numa"], "numa.sh", &["128", "20"]);
+    let out = in_guest(&scratch, &["--numa"], "numa.sh", &["128", "20", "30"]);
     let log = fs::read_to_string(out.join("record.log")).unwrap();
     let status = fs::read_to_string(out.join("record.status")).unwrap();
     assert_eq!(status.trim(), "0", "{log}");
@@ -212,6 +226,56 @@ fn numa_balancing_moving_a_processs_memory_is_recorded_and_reported() {
             .any(|r| r["kind"] == "counter" && r["counter"] == "numa_hint_faults"),
         "report numa shows the hinting faults rising: {report}"
     );
+    // `report timeline`, against the quiet half-minutes on either side,
+    // names the interval the memory moved in and the process that moved it.
+    let timeline = hindsight_stdout(&[
+        "report",
+        "timeline",
+        rec.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let incidents: serde_json::Value = serde_json::from_str(&timeline).unwrap();
+    // When half of the process's pages had moved.
+    let half_moved = sql(
+        &rec,
+        &format!(
+            "SELECT CAST(ts AS VARCHAR) AS ts FROM (
+               SELECT ts, sum(pages_succeeded) OVER (ORDER BY ts) AS done,
+                 sum(pages_succeeded) OVER () AS total
+               FROM numa_event WHERE pid = {pid} AND CAST(kind AS VARCHAR) = 'migrate_pages') m
+             WHERE done * 2 >= total ORDER BY ts LIMIT 1"
+        ),
+    )[0]["ts"]
+        .as_str()
+        .unwrap()
+        .replace(' ', "T");
+    let found = incidents.as_array().unwrap().iter().find(|incident| {
+        incident["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["metric"] == "numa_pages_migrated")
+    });
+    let incident = found.unwrap_or_else(|| panic!("no incident of NUMA migrations: {timeline}"));
+    let (start, end) = (
+        incident["start"].as_str().unwrap(),
+        incident["end"].as_str().unwrap(),
+    );
+    assert!(
+        start[..19] <= half_moved[..19] && half_moved[..19] < end[..19],
+        "the incident {start}..{end} holds the moment half the pages had moved, {half_moved}"
+    );
+    assert!(
+        incident["contributors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take(2)
+            .any(|c| c["pid"].as_i64() == Some(pid)),
+        "numa-stray among the first contributors: {incident}"
+    );
+
     // `report atop`'s system lines count the migrations of the whole
     // recording, which spans the guest's two vmstat readings.
     let atop = hindsight_stdout(&["report", "atop", rec.to_str().unwrap(), "--format", "json"]);
