@@ -143,7 +143,8 @@ pgsteal_direct, pgfault, pgmajfault, pgmigrate_success, numa_pages_migrated, num
 cpu_busy and iowait (% of all CPUs), pressure (psi_cpu_some, psi_memory_some, psi_memory_full, \
 psi_io_some, % of time), runq_wait (run-queue wait, ms per s), offcpu_d (uninterruptible off-CPU \
 time, ms per s), lost (events the recorder lost), and per process process_cpu (% of one CPU, from \
-sched_switch), process_faults (task_stat), process_runq_wait and process_offcpu_d.\n\n\
+sched_switch), process_faults (task_stat), process_runq_wait, process_offcpu_d and \
+process_numa_migrated (pages the process's migrations moved, pages per s, from numa_event).\n\n\
 Method: every series (a system metric, or one process's metric) has a value per interval. Its \
 baseline is its median over the whole range reported, its spread the median absolute deviation \
 (MAD) times 1.4826 (a standard deviation for normal noise, but one a short burst cannot inflate). \

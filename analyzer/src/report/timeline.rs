@@ -66,6 +66,7 @@ pub const METRICS: &[MetricSpec] = &[
     process("process_faults", "faults/s", 5000.0),
     process("process_runq_wait", "ms/s", 100.0),
     process("process_offcpu_d", "ms/s", 200.0),
+    process("process_numa_migrated", "pages/s", 100.0),
 ];
 
 const VMSTAT: &[&str] = &[
@@ -154,6 +155,13 @@ process_faults AS (  -- minor and major faults per process (task_stat snapshots)
   FROM task_delta WHERE seconds > 0 AND {interval_bounds}
   GROUP BY {h}interval_start, pid
 ),
+process_migrated AS (  -- pages migrated by each process (numa_event): NUMA balancing moves a
+  -- process's pages in its own hinting faults, so the storm is named after whose memory moved
+  SELECT {h}{bin} AS interval_start, pid, max(CAST(comm AS VARCHAR)) AS comm,
+    sum(pages_succeeded) / {iv_s:?} AS value
+  FROM numa_event WHERE CAST(kind AS VARCHAR) = 'migrate_pages' AND {events}
+  GROUP BY {h}interval_start, pid
+),
 {lost},
 metrics AS (
   SELECT {h}interval_start,
@@ -170,6 +178,7 @@ metrics AS (
   UNION ALL SELECT {h}interval_start, 'process_runq_wait', pid, comm, value FROM process_runq
   UNION ALL SELECT {h}interval_start, 'process_offcpu_d', pid, comm, value FROM process_offcpu
   UNION ALL SELECT {h}interval_start, 'process_faults', pid, comm, value FROM process_faults
+  UNION ALL SELECT {h}interval_start, 'process_numa_migrated', pid, comm, value FROM process_migrated
 )
 SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
 ORDER BY {h}interval_start, metric, pid",

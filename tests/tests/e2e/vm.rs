@@ -275,6 +275,15 @@ fn numa_balancing_moving_a_processs_memory_is_recorded_and_reported() {
             .any(|c| c["pid"].as_i64() == Some(pid)),
         "numa-stray among the first contributors: {incident}"
     );
+    // And for the migrations themselves: its pages moved, per second.
+    assert!(
+        incident["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["metric"] == "process_numa_migrated" && m["pid"].as_i64() == Some(pid)),
+        "numa-stray's own migrations departed: {incident}"
+    );
 
     // `report atop`'s system lines count the migrations of the whole
     // recording, which spans the guest's two vmstat readings.

@@ -476,6 +476,7 @@ fn metric_words(m: &Departure) -> String {
         "process_faults" => format!("page faults of {}", who()),
         "process_runq_wait" => format!("time {} waited for a CPU", who()),
         "process_offcpu_d" => format!("time {} was blocked (D state, often disk I/O)", who()),
+        "process_numa_migrated" => format!("pages of {} migrated between NUMA nodes", who()),
         "cpu_busy" => "CPU busy".into(),
         "iowait" => "CPU idle waiting for I/O".into(),
         "ctxt" => "context switches".into(),
