@@ -8,13 +8,8 @@
 # vmstat.before and vmstat.after (the guest's /proc/vmstat around it).
 repo="$1" mib="$2" seconds="$3" quiet="$4"
 echo 1 >/proc/sys/kernel/numa_balancing
-"$repo/target/release/hindsight-record" --output rec --chunk 5s --interval 1s >record.log 2>&1 &
-recorder=$!
-for _ in $(seq 600); do
-  grep -q "recording" record.log 2>/dev/null && break
-  kill -0 "$recorder" 2>/dev/null || break
-  sleep 0.1
-done
+. "$repo/tests/vm/recorder.sh"
+start_recorder "$repo" --interval 1s
 # A quiet stretch before and after, as around a 3 a.m. incident: what the
 # timeline measures the incident against.
 sleep "$quiet"
@@ -22,6 +17,4 @@ cat /proc/vmstat >vmstat.before
 HS_LOAD_CPU=0 HS_LOAD_NAME=numa-stray "$repo/target/debug/hs-load" numa-stray "$mib" "$seconds" >stray.json
 cat /proc/vmstat >vmstat.after
 sleep "$quiet"
-kill -INT "$recorder"
-wait "$recorder"
-echo $? >record.status
+stop_recorder

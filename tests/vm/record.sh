@@ -7,16 +7,8 @@
 repo="$1"
 uname -r >uname
 "$repo/target/release/hindsight-record" --list-events >list-events.txt 2>&1
-"$repo/target/release/hindsight-record" --output rec --chunk 5s >record.log 2>&1 &
-recorder=$!
-# Started when its first chunk's journal or its banner is there.
-for _ in $(seq 600); do
-  grep -q "recording" record.log 2>/dev/null && break
-  kill -0 "$recorder" 2>/dev/null || break
-  sleep 0.1
-done
+. "$repo/tests/vm/recorder.sh"
+start_recorder "$repo"
 "$repo/target/debug/hs-pingpong" --rounds 2000 --pairs 1 >pingpong.json
 sleep 2
-kill -INT "$recorder"
-wait "$recorder"
-echo $? >record.status
+stop_recorder

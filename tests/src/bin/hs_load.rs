@@ -53,10 +53,9 @@ fn page_size() -> usize {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
-fn touch(pages: usize, pause: Duration) -> serde_json::Value {
-    thread::sleep(pause);
-    let size = pages * page_size();
-    // SAFETY: an anonymous private mapping of `size` bytes; checked below.
+/// A fresh anonymous private read-write mapping of `size` bytes.
+fn anonymous_mapping(size: usize) -> *mut libc::c_void {
+    // SAFETY: mmap of anonymous memory has no preconditions; checked below.
     let ptr = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -67,7 +66,19 @@ fn touch(pages: usize, pause: Duration) -> serde_json::Value {
             0,
         )
     };
-    assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
+    assert_ne!(
+        ptr,
+        libc::MAP_FAILED,
+        "mmap of {size} bytes: {}",
+        std::io::Error::last_os_error()
+    );
+    ptr
+}
+
+fn touch(pages: usize, pause: Duration) -> serde_json::Value {
+    thread::sleep(pause);
+    let size = pages * page_size();
+    let ptr = anonymous_mapping(size);
     // Huge pages would fault 512 pages at once: ask for small ones, one fault a page.
     // SAFETY: advising on the mapping we just made.
     unsafe { libc::madvise(ptr, size, libc::MADV_NOHUGEPAGE) };
@@ -112,18 +123,7 @@ fn pages_per_node(pages: &[*mut libc::c_void]) -> Vec<u64> {
 
 fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
     let size = mib << 20;
-    // SAFETY: an anonymous private mapping of `size` bytes; checked below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED, "mmap");
+    let base = anonymous_mapping(size);
     let policy = |mode: i32, nodes: u64| {
         let mask = [nodes, 0u64];
         // SAFETY: mbind over our own mapping; the mask outlives the call.
@@ -179,18 +179,7 @@ fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
 fn fault_storm(seconds: f64, mib: usize) -> serde_json::Value {
     let pages = (mib << 20) / page_size();
     let size = pages * page_size();
-    // SAFETY: an anonymous private mapping of `size` bytes; checked below.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
+    let ptr = anonymous_mapping(size);
     // SAFETY: advising on the mapping we just made: one fault a page.
     unsafe { libc::madvise(ptr, size, libc::MADV_NOHUGEPAGE) };
     let base = ptr.cast::<u8>();
