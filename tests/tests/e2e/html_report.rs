@@ -264,26 +264,56 @@ fn the_html_report_of_a_real_burst_renders_in_chromium() {
 }
 
 /// Names are chosen by whoever runs a process, and a report attached to a
-/// ticket is a page other people open: a process named as markup stays
-/// text everywhere the page shows it. Injected, `<body onload=y>` (15
-/// bytes, the longest name a process has) would give the page's body an
-/// onload handler (the DOM Chromium builds would show it) that runs `y` and
-/// logs its ReferenceError to the console, which Chromium reports.
+/// ticket is a page other people open: a process named as markup, and a
+/// function named as markup, stay text everywhere the page shows them.
+/// Injected, `<body onload=y>` (15 bytes, the longest name a process has)
+/// would give the page's body an onload handler (the DOM Chromium builds
+/// would show it) that runs `y` and logs its ReferenceError to the console,
+/// which Chromium reports. A function name has no length limit: a JIT's
+/// perf map names its code `<img src=x onerror=alert(1)>`, which reaches the
+/// on-CPU flame graph (inferno's SVG, with its script) and would be an
+/// image whose failed load opens a dialog.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_process_named_as_markup_is_shown_as_text() {
+    use std::process::Stdio;
     const NAME: &str = "<body onload=y>";
+    const FUNCTION: &str = "<img src=x onerror=alert(1)>";
+    const FUNCTION_ESCAPED: &str = "&lt;img src=x onerror=alert(1)&gt;";
     let _machine = quiet();
     let scratch = Scratch::new();
     let dir = scratch.dir.path();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &[]);
     thread::sleep(Duration::from_secs(5));
-    let out = run(Command::new(bin("hs-load"))
-        .args(["burn", "3"])
-        .env("HS_LOAD_NAME", NAME));
-    assert!(out.status.success());
-    thread::sleep(Duration::from_secs(3));
+    let mut jit = Command::new(bin("hs-load"))
+        .args(["jit", "3"])
+        .env("HS_LOAD_NAME", NAME)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before its 500 ms pause ends, so every sample of its code is named.
+    let map = format!("/tmp/perf-{}.map", jit.id());
+    std::fs::write(&map, format!("0 7fffffffffff {FUNCTION}\n")).unwrap();
+    thread::sleep(Duration::from_secs(5));
+    // The JIT lives until the recorder has named its frames from its map.
     recorder.stop();
+    drop(jit.stdin.take());
+    let out = jit.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&map);
+    assert!(out.status.success());
+    let named = sql_count(
+        &rec,
+        &format!(
+            "SELECT count(*) FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id \
+             JOIN frame f ON f.frame_id = k.frame_id WHERE f.function = '{FUNCTION}'"
+        ),
+    );
+    assert!(
+        named > 20,
+        "{named} samples in the function named as markup"
+    );
 
     let page = dir.join("report.html");
     let out = run(Command::new(bin("hindsight")).args([
@@ -322,4 +352,57 @@ fn a_process_named_as_markup_is_shown_as_text() {
         "no text of the name in the DOM"
     );
     assert!(!dom.contains("onload=\""), "an onload attribute in the DOM");
+
+    // The flame graph is a document of its own (a data: URL in an
+    // <object>): its names are XML text, and Chromium builds no element of
+    // them when it opens the graph alone.
+    let svg = flame_graph_svgs(&html)
+        .into_iter()
+        .next()
+        .expect("an on-CPU flame graph");
+    assert!(
+        svg.contains(FUNCTION_ESCAPED),
+        "the function is not in the flame graph"
+    );
+    assert!(
+        !svg.contains(FUNCTION),
+        "the function is in the flame graph unescaped"
+    );
+    let graph = dir.join("graph.svg");
+    std::fs::write(&graph, &svg).unwrap();
+    let (_, console) = screenshot(&graph, &dir.join("graph.png"), (1200, 800));
+    assert!(
+        console.is_empty(),
+        "console messages of the graph: {console:#?}"
+    );
+    let dom = run(Command::new("chromium").args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        &format!("--user-data-dir={}", dir.join("graph-profile").display()),
+        "--dump-dom",
+        &format!("file://{}", graph.display()),
+    ]));
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains(FUNCTION_ESCAPED),
+        "no text of the function in the graph's DOM"
+    );
+    assert!(!dom.contains("<img"), "an img element in the graph's DOM");
+}
+
+/// The SVG documents of the page's flame graphs, decoded from their data: URLs.
+fn flame_graph_svgs(html: &str) -> Vec<String> {
+    use base64::Engine;
+    const PREFIX: &str = "data:image/svg+xml;base64,";
+    html.match_indices(PREFIX)
+        .map(|(at, _)| {
+            let data = &html[at + PREFIX.len()..];
+            let data = &data[..data.find('"').expect("a closing quote")];
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+            String::from_utf8(bytes).unwrap()
+        })
+        .collect()
 }
