@@ -229,12 +229,22 @@ impl Drop for SmallDisk {
     }
 }
 
+/// Context switches the kernel has made since boot (`ctxt` in /proc/stat).
+fn machine_context_switches() -> i64 {
+    let stat = fs::read_to_string("/proc/stat").unwrap();
+    stat.lines()
+        .find_map(|l| l.strip_prefix("ctxt "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("ctxt in /proc/stat")
+}
+
 #[test]
 fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
     let _machine = shared();
     let scratch = Scratch::new();
     let disk = SmallDisk::mount(scratch.dir.path().join("small"), "16m");
     let rec = disk.dir.join("rec");
+    let switches_before = machine_context_switches();
     let recorder = Recorder::start(
         &rec,
         &[
@@ -255,7 +265,7 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
         .arg("if=/dev/zero")
         .arg(format!("of={}", filler.display()))
         .arg("bs=64k"));
-    pingpong(20_000);
+    let during = pingpong(20_000);
     thread::sleep(Duration::from_secs(3));
     fs::remove_file(&filler).unwrap();
     let freed_ns = utc_now_ns();
@@ -263,6 +273,7 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
     let after = pingpong(5_000);
     settle();
     let log = recorder.stop();
+    let switches = machine_context_switches() - switches_before;
     assert!(log.contains("disk full"), "{log}");
     assert!(log.contains("writing again"), "{log}");
 
@@ -295,13 +306,36 @@ fn a_full_disk_pauses_recording_counts_the_loss_and_resumes() {
         "every chunk closed"
     );
 
+    // What the full disk kept out is counted: at least the switches of the
+    // ping-pong that ran while it was full and are not in the table, and no
+    // more than the machine made while the recorder ran, less those written.
     let dropped = sql_count(
         &rec,
-        "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source LIKE 'disk_full:%'",
+        "SELECT CAST(coalesce(sum(lost), 0) AS BIGINT) AS n FROM loss WHERE source = 'disk_full:sched_switch'",
+    );
+    let mut unwritten = 0;
+    for child in during["children"].as_array().unwrap() {
+        let kernel = child["voluntary"].as_i64().unwrap() + child["nonvoluntary"].as_i64().unwrap();
+        let written = sql_count(
+            &rec,
+            &format!(
+                "SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {}",
+                child["tid"]
+            ),
+        );
+        unwritten += kernel - written;
+    }
+    let written = sql_count(&rec, "SELECT count(*) AS n FROM sched_switch");
+    // Each of the two made 20,000 rounds; a batch still queued when the
+    // disk was freed may be written.
+    assert!(
+        unwritten >= 36_000,
+        "{unwritten} ping-pong switches not written while the disk was full"
     );
     assert!(
-        dropped > 0,
-        "the loss table counts what was not written:\n{log}"
+        (unwritten..=switches - written).contains(&dropped),
+        "{dropped} switches counted as not written: {unwritten} of the ping-pong's are missing, \
+         and the machine made {switches} of which {written} were written\n{log}"
     );
     assert!(
         log.contains("rows were not written"),
