@@ -50,6 +50,7 @@ pub mod cli;
 pub mod debug_names;
 pub mod export;
 pub mod flamegraph;
+pub mod human;
 pub mod index;
 pub mod info;
 pub mod output;

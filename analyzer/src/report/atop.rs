@@ -23,9 +23,10 @@ use std::io::Write;
 
 use anyhow::Result;
 use arrow::array::RecordBatch;
-use serde_json::{Map, Value};
 
+use super::screen::{self, num, text, Row};
 use super::{counter_deltas, select_list, task_deltas, ColumnDef, Env};
+use crate::human::{self, Layout, Table};
 use crate::output;
 
 /// The result's columns after `host` (several recordings only), `kind`,
@@ -297,88 +298,66 @@ ORDER BY {order_host}r.interval_start,
 
 /// Prints the result like atop: a block per interval, its system lines,
 /// then its process lines.
-pub fn write_table(batches: &[RecordBatch], env: &Env, mut out: impl Write) -> Result<()> {
+pub fn write_table(
+    batches: &[RecordBatch],
+    env: &Env,
+    layout: &Layout,
+    mut out: impl Write,
+) -> Result<()> {
     let rows = output::json_rows(batches)?;
-    let mut current: Option<(Value, Value)> = None;
-    let mut header_due = true;
-    for row in &rows {
-        let key = (field(row, "host"), field(row, "interval_start"));
-        if current.as_ref() != Some(&key) {
-            if current.is_some() {
-                writeln!(out)?;
-            }
-            write_interval_header(row, env, &mut out)?;
-            current = Some(key);
-            header_due = true;
-        }
-        match row.get("kind").and_then(Value::as_str) {
-            Some("system") => write_system(row, &mut out)?,
-            Some("cpu") => writeln!(
-                out,
-                "CPU   {:<5} busy {:>6}  user {:>6}  sys {:>6}  iowait {:>6}  idle {:>6}  steal {:>6}",
-                text(row, "cpu"),
-                pct(row, "busy_pct"),
-                pct(row, "user_pct"),
-                pct(row, "system_pct"),
-                pct(row, "iowait_pct"),
-                pct(row, "idle_pct"),
-                pct(row, "steal_pct"),
-            )?,
-            _ => {
-                if header_due {
-                    writeln!(
-                        out,
-                        "{:>8}  {:<16} {:>7} {:>10} {:>9} {:>8}",
-                        "PID", "COMM", "CPU", "FAULTS/s", "CSW/s", "RSS"
-                    )?;
-                    header_due = false;
-                }
-                writeln!(
-                    out,
-                    "{:>8}  {:<16} {:>7} {:>10} {:>9} {:>8}",
-                    text(row, "pid"),
-                    text(row, "comm"),
-                    pct(row, "cpu_pct"),
-                    rate(row, "faults_s"),
-                    rate(row, "csw_s"),
-                    bytes(num(row, "rss_bytes")),
-                )?;
-            }
-        }
-    }
     if rows.is_empty() {
         writeln!(
             out,
             "no intervals: the recording has no counter or task_stat samples in the range"
         )?;
     }
-    Ok(())
-}
-
-fn write_interval_header(row: &Map<String, Value>, env: &Env, out: &mut impl Write) -> Result<()> {
-    let host = match row.get("host").and_then(Value::as_str) {
-        Some(h) => format!("{h}  "),
-        None => String::new(),
-    };
-    writeln!(
-        out,
-        "== {host}{}  interval {} ==",
-        text(row, "interval_start"),
-        env.interval.human(),
-    )?;
-    let lost = num(row, "lost").unwrap_or(0.0);
-    if lost > 0.0 {
-        writeln!(
-            out,
-            "LOST  {lost} events in this interval: the figures below miss them"
-        )?;
+    for (i, block) in screen::intervals(&rows).into_iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        screen::interval_heading(&block[0], &env.interval.human(), layout, &mut out)?;
+        let mut processes = Table::new(vec![
+            human::figure("PID"),
+            human::name("COMM", 16),
+            human::figure("CPU"),
+            human::figure("FAULTS/s"),
+            human::figure("CSW/s"),
+            human::figure("RSS"),
+        ]);
+        for row in block {
+            match screen::str(row, "kind") {
+                Some("system") => write_system(row, &mut out)?,
+                Some("cpu") => writeln!(
+                    out,
+                    "CPU   {:<5} busy {:>6}  user {:>6}  sys {:>6}  iowait {:>6}  idle {:>6}  steal {:>6}",
+                    text(row, "cpu"),
+                    pct(row, "busy_pct"),
+                    pct(row, "user_pct"),
+                    pct(row, "system_pct"),
+                    pct(row, "iowait_pct"),
+                    pct(row, "idle_pct"),
+                    pct(row, "steal_pct"),
+                )?,
+                _ => processes.row(vec![
+                    text(row, "pid"),
+                    text(row, "comm"),
+                    pct(row, "cpu_pct"),
+                    rate(row, "faults_s"),
+                    rate(row, "csw_s"),
+                    human::bytes(num(row, "rss_bytes")),
+                ]),
+            }
+        }
+        if !processes.is_empty() {
+            processes.write(layout, &mut out)?;
+        }
     }
     Ok(())
 }
 
-fn write_system(row: &Map<String, Value>, out: &mut impl Write) -> Result<()> {
+fn write_system(row: &Row, out: &mut impl Write) -> Result<()> {
     let r = |c: &str| rate(row, c);
-    let kb = |c: &str| bytes(num(row, c).map(|v| v * 1024.0));
+    let kb = |c: &str| human::bytes(num(row, c).map(|v| v * 1024.0));
     let p = |c: &str| pct(row, c);
     writeln!(
         out,
@@ -433,47 +412,10 @@ fn write_system(row: &Map<String, Value>, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-fn field(row: &Map<String, Value>, column: &str) -> Value {
-    row.get(column).cloned().unwrap_or(Value::Null)
+fn pct(row: &Row, column: &str) -> String {
+    human::pct(num(row, column))
 }
 
-fn text(row: &Map<String, Value>, column: &str) -> String {
-    match row.get(column) {
-        None | Some(Value::Null) => "-".into(),
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-    }
-}
-
-fn num(row: &Map<String, Value>, column: &str) -> Option<f64> {
-    row.get(column).and_then(Value::as_f64)
-}
-
-fn pct(row: &Map<String, Value>, column: &str) -> String {
-    num(row, column).map_or("-".into(), |v| format!("{v:.1}%"))
-}
-
-fn rate(row: &Map<String, Value>, column: &str) -> String {
-    match num(row, column) {
-        None => "-".into(),
-        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
-        Some(v) => format!("{v:.1}"),
-    }
-}
-
-fn bytes(n: Option<f64>) -> String {
-    let Some(mut n) = n else {
-        return "-".into();
-    };
-    for unit in ["B", "K", "M", "G", "T"] {
-        if n < 1024.0 || unit == "T" {
-            return if unit == "B" {
-                format!("{n:.0}{unit}")
-            } else {
-                format!("{n:.1}{unit}")
-            };
-        }
-        n /= 1024.0;
-    }
-    unreachable!()
+fn rate(row: &Row, column: &str) -> String {
+    human::rate(num(row, column))
 }

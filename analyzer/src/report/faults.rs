@@ -11,7 +11,14 @@
 //! The most faulted 2 MiB-aligned region of each process is shown; what is
 //! mapped there is `unknown`, since no memory maps are recorded (yet).
 
+use std::io::Write;
+
+use anyhow::Result;
+
+use super::screen;
 use super::{select_list, task_deltas, ColumnDef, Env};
+use crate::human::{self, Column, Layout, Table};
+use crate::output;
 
 /// The result's columns, after `host` with several recordings.
 pub const COLUMNS: &[ColumnDef] = &[
@@ -172,4 +179,116 @@ ORDER BY {order_host}r.interval_start, r.rank",
         top = env.top,
         interval_bounds = env.interval_bounds("r.interval_start"),
     )
+}
+
+/// A block per interval, the most faulting processes first: the faults
+/// recorded (their kinds as rates), /proc's minflt and majflt rates beside
+/// them as the cross-check, the most faulted 2 MiB region, the command.
+pub fn write_table(
+    batches: &[arrow::array::RecordBatch],
+    env: &Env,
+    layout: &Layout,
+    out: &mut impl Write,
+) -> Result<()> {
+    let rows = output::json_rows(batches)?;
+    if rows.is_empty() {
+        writeln!(
+            out,
+            "no page faults in the range (is the faults group or the tasks group recorded?)"
+        )?;
+        return Ok(());
+    }
+    let estimated = |r: &screen::Row| {
+        matches!(
+            (screen::int(r, "recorded"), screen::int(r, "faults")),
+            (Some(recorded), Some(faults)) if recorded < faults
+        )
+    };
+    // Without the faults group only /proc's counters are known: the
+    // columns of the events are left out rather than shown empty.
+    let events = rows.iter().any(|r| screen::int(r, "faults").is_some());
+    let legend = if events {
+        format!(
+            "FAULTS: page faults in the interval, from the faults group ({}); USER/s, KERNEL/s, WRITE/s: \
+             the same by kind, per second. MINFLT/s, MAJFLT/s: the process's own counters in /proc, per \
+             second of its snapshots. HOT REGION: the {} MiB of address space it faulted most in, with its \
+             faults.",
+            if rows.iter().any(estimated) {
+                "~: estimated from sampled faults, each recorded one standing for --fault-sample of them"
+            } else {
+                "- where it was not recorded"
+            },
+            REGION >> 20,
+        )
+    } else {
+        "MINFLT/s, MAJFLT/s: the process's own counters in /proc, per second of its snapshots (the \
+         faults group was not recorded: no kinds, no addresses)."
+            .to_owned()
+    };
+    writeln!(out, "{}\n", human::wrap(&legend, layout))?;
+    type Cell = fn(&screen::Row) -> String;
+    type Field = (Column, Box<dyn Fn(&screen::Row) -> String>);
+    let rate = |column: &'static str| move |r: &screen::Row| human::rate(screen::num(r, column));
+    let mut fields: Vec<Field> = vec![
+        (
+            human::figure("PID"),
+            Box::new((|r| screen::text(r, "pid")) as Cell),
+        ),
+        (
+            human::name("COMM", 16),
+            Box::new((|r| screen::text(r, "comm")) as Cell),
+        ),
+    ];
+    if events {
+        fields.push((
+            human::figure("FAULTS"),
+            Box::new(move |r| {
+                let mark = if estimated(r) { "~" } else { "" };
+                format!("{mark}{}", human::count(screen::int(r, "faults")))
+            }),
+        ));
+        fields.push((human::figure("FAULTS/s"), Box::new(rate("faults_s"))));
+        fields.push((
+            human::figure("USER/s").optional(),
+            Box::new(rate("user_faults_s")),
+        ));
+        fields.push((
+            human::figure("KERNEL/s").optional(),
+            Box::new(rate("kernel_faults_s")),
+        ));
+        fields.push((
+            human::figure("WRITE/s").optional(),
+            Box::new(rate("write_faults_s")),
+        ));
+    }
+    fields.push((human::figure("MINFLT/s"), Box::new(rate("minflt_s"))));
+    fields.push((human::figure("MAJFLT/s"), Box::new(rate("majflt_s"))));
+    if events {
+        fields.push((
+            human::label("HOT REGION").optional(),
+            Box::new(|r| {
+                match (
+                    screen::str(r, "top_region"),
+                    screen::int(r, "top_region_faults"),
+                ) {
+                    (Some(at), Some(n)) => format!("{at} ({})", human::count(Some(n))),
+                    _ => "-".into(),
+                }
+            }),
+        ));
+    }
+    fields.push((
+        human::name("CMDLINE", 60),
+        Box::new((|r| screen::text(r, "cmdline")) as Cell),
+    ));
+    for block in screen::intervals(&rows) {
+        screen::interval_heading(&block[0], &env.interval.human(), layout, out)?;
+        let mut table = Table::new(fields.iter().map(|(c, _)| c.clone()).collect());
+        for r in block {
+            table.row(fields.iter().map(|(_, cell)| cell(r)).collect());
+        }
+        table.write(layout, out)?;
+        writeln!(out)?;
+    }
+    Ok(())
 }

@@ -25,6 +25,7 @@ use anyhow::Result;
 use hindsight_schemas::time::rfc3339;
 
 use crate::catalog;
+use crate::human::Layout;
 use crate::output::{self, Format};
 use crate::recording::{self, Recording};
 use crate::when::{self, When};
@@ -36,6 +37,7 @@ pub mod faults;
 pub mod html;
 pub mod numa;
 pub mod runqlat;
+pub mod screen;
 pub mod timeline;
 
 /// Which report.
@@ -714,21 +716,25 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
     if options.show_sql {
         write!(out, "{sql};\n\n")?;
     }
-    let laid_out = matches!(
-        (kind, options.format),
-        (Kind::Timeline, _) | (Kind::Atop | Kind::Runqlat, Format::Table)
-    );
+    // The table format is laid out for reading; CSV and JSON stream the
+    // statement's rows as they are (the timeline's incidents are made
+    // after the statement, in every format).
+    let laid_out = options.format == Format::Table || kind == Kind::Timeline;
     if laid_out {
         let batches = catalog::query_batches(&ctx, &sql)
             .await
             .map_err(catalog::one_line)?;
+        let layout = Layout::stdout();
         match kind {
-            Kind::Atop => atop::write_table(&batches, &env, &mut out)?,
-            Kind::Runqlat => runqlat::write_table(&batches, &mut out)?,
-            _ => {
+            Kind::Atop => atop::write_table(&batches, &env, &layout, &mut out)?,
+            Kind::Runqlat => runqlat::write_table(&batches, &layout, &mut out)?,
+            Kind::Numa => numa::write_table(&batches, &env, &layout, &mut out)?,
+            Kind::Cachetop => cachetop::write_table(&batches, &env, &layout, &mut out)?,
+            Kind::Faults => faults::write_table(&batches, &env, &layout, &mut out)?,
+            Kind::Timeline => {
                 let samples = timeline::samples(&batches)?;
                 let incidents = timeline::incidents(&samples, &env);
-                timeline::write(&incidents, options.format, &mut out)?;
+                timeline::write(&incidents, options.format, &layout, &mut out)?;
             }
         }
         out.flush()?;

@@ -14,6 +14,7 @@ use arrow::array::RecordBatch;
 use serde_json::{Map, Value};
 
 use super::Env;
+use crate::human::Layout;
 use crate::output;
 
 /// The report's one statement.
@@ -79,7 +80,7 @@ ORDER BY {hh}hist.interval_start, hist.kind, hist.pid, hist.slot",
 
 /// BCC's layout: a block per interval and process, one line a slot, with
 /// a bar of stars scaled to the block's largest count.
-pub fn write_table(batches: &[RecordBatch], out: &mut impl Write) -> Result<()> {
+pub fn write_table(batches: &[RecordBatch], layout: &Layout, out: &mut impl Write) -> Result<()> {
     let rows = output::json_rows(batches)?;
     let key = |r: &Map<String, Value>| {
         (
@@ -114,17 +115,24 @@ pub fn write_table(batches: &[RecordBatch], out: &mut impl Write) -> Result<()> 
         let lost = first.get("lost").and_then(Value::as_i64).unwrap_or(0);
         writeln!(
             out,
-            "== {host}{}  {who}{} ==",
-            first
-                .get("interval_start")
-                .and_then(Value::as_str)
-                .unwrap_or("-"),
-            if lost > 0 {
-                format!("  LOST {lost} events")
-            } else {
-                String::new()
-            }
+            "{}",
+            layout.heading(&format!(
+                "{host}{}  {who}",
+                first
+                    .get("interval_start")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-"),
+            ))
         )?;
+        if lost > 0 {
+            writeln!(
+                out,
+                "{}",
+                layout.warn(&format!(
+                    "LOST  {lost} events in this interval: the waits below miss them"
+                ))
+            )?;
+        }
         writeln!(
             out,
             "{:>20} : {:<8} |{:<40}|",

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample};
 use super::{task_deltas, Env, ThreadTime};
+use crate::human::{self, Layout, Table};
 use crate::output::{self, Format};
 
 const fn system(name: &'static str, unit: &'static str, floor: f64, events: bool) -> MetricSpec {
@@ -281,7 +282,12 @@ fn round(x: f64) -> f64 {
 
 /// Prints `incidents` in `format`: JSON, one array; CSV, one row per
 /// departed metric and per contributor; a table, a block per incident.
-pub fn write(incidents: &[Incident], format: Format, out: &mut impl Write) -> Result<()> {
+pub fn write(
+    incidents: &[Incident],
+    format: Format,
+    layout: &Layout,
+    out: &mut impl Write,
+) -> Result<()> {
     match format {
         Format::Json => {
             let all: Vec<Value> = incidents.iter().map(incident_json).collect();
@@ -339,30 +345,37 @@ pub fn write(incidents: &[Incident], format: Format, out: &mut impl Write) -> Re
                     .unwrap_or_default();
                 writeln!(
                     out,
-                    "== incident {}  {host}{} .. {}  peak {} ==",
-                    i + 1,
-                    rfc3339(inc.start),
-                    rfc3339(inc.end),
-                    rfc3339(inc.peak)
+                    "{}",
+                    layout.heading(&format!(
+                        "incident {}  {host}{} .. {}  peak {}",
+                        i + 1,
+                        rfc3339(inc.start),
+                        rfc3339(inc.end),
+                        rfc3339(inc.peak)
+                    ))
                 )?;
-                writeln!(
-                    out,
-                    "  {:<20} {:>8} {:<16} {:>12} {:>12} {:>8}  unit",
-                    "METRIC", "PID", "COMM", "BASELINE", "OBSERVED", "SCORE"
-                )?;
+                let mut table = Table::new(vec![
+                    human::label("METRIC"),
+                    human::figure("PID"),
+                    human::name("COMM", 16),
+                    human::figure("BASELINE"),
+                    human::figure("OBSERVED"),
+                    human::figure("SCORE"),
+                    human::label("UNIT"),
+                ])
+                .indent(2);
                 for m in &inc.metrics {
-                    writeln!(
-                        out,
-                        "  {:<20} {:>8} {:<16} {:>12.1} {:>12.1} {:>8.1}  {}",
-                        m.metric,
+                    table.row(vec![
+                        m.metric.clone(),
                         m.pid.map_or("-".into(), |p| p.to_string()),
-                        m.comm.as_deref().unwrap_or("-"),
-                        m.baseline,
-                        m.observed,
-                        m.score,
-                        m.unit
-                    )?;
+                        m.comm.clone().unwrap_or_else(|| "-".into()),
+                        human::rate(Some(m.baseline)),
+                        human::rate(Some(m.observed)),
+                        format!("{:.1}", m.score),
+                        m.unit.to_owned(),
+                    ]);
                 }
+                table.write(layout, out)?;
                 if !inc.contributors.is_empty() {
                     writeln!(out, "  top contributors:")?;
                     for c in &inc.contributors {

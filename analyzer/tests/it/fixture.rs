@@ -241,6 +241,8 @@ where
 {
     Command::new(env!("CARGO_BIN_EXE_hindsight"))
         .args(args)
+        // Tables fit a terminal's width only when told; tests read them whole.
+        .env_remove("COLUMNS")
         .output()
         .expect("runs hindsight")
 }

@@ -6,6 +6,7 @@ mod errors; // bad input: exit code 2 and one line naming the file
 mod export; // pprof and Perfetto exports decoded, against the flame graph and the rows
 mod fixture; // temp-dir recordings built from rows given as JSON
 mod flamegraph; // folded and SVG flame graphs from synthetic stacks
+mod golden; // every report's table format, byte for byte, on the fixture recordings
 mod html; // `report html`: one self-contained page with charts, incidents, flame graph, losses
 mod info; // `info`: counts, sizes, time range and losses from footers
 mod output; // the binary's formats, exit codes and closed pipes

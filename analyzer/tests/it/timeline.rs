@@ -135,7 +135,7 @@ fn timeline_table_and_csv_name_the_hog() {
 
 /// Wakeups of thread 9 followed by its switch-in after 0.5 us, 3 us,
 /// 100 us and 120 us; one wakeup of thread 8 that never ran.
-fn runq_recording(fx: &Fixture) -> Rec {
+pub fn runq_recording(fx: &Fixture) -> Rec {
     let rec = fx.recording("rec", "h");
     let mut wakeups = Vec::new();
     let mut switches = Vec::new();

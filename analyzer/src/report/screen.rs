@@ -1,0 +1,84 @@
+//! What the reports' table formats share: reading a result's rows by
+//! column name, cutting them into one block per host and interval, and
+//! each block's heading with what the recorder lost in it. The tables
+//! themselves are [`crate::human`]'s.
+
+use std::io::Write;
+
+use anyhow::Result;
+use serde_json::{Map, Value};
+
+use crate::human::Layout;
+
+/// One result row, by column name (from [`crate::output::json_rows`]).
+pub type Row = Map<String, Value>;
+
+/// A column as text; `-` when null or absent.
+pub fn text(row: &Row, column: &str) -> String {
+    match row.get(column) {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// A numeric column; `None` when null or absent.
+pub fn num(row: &Row, column: &str) -> Option<f64> {
+    row.get(column).and_then(Value::as_f64)
+}
+
+/// An integer column; `None` when null or absent.
+pub fn int(row: &Row, column: &str) -> Option<i64> {
+    row.get(column).and_then(Value::as_i64)
+}
+
+/// A text column; `None` when null or absent.
+pub fn str<'a>(row: &'a Row, column: &str) -> Option<&'a str> {
+    row.get(column).and_then(Value::as_str)
+}
+
+/// The rows cut into runs of the same host and interval, in their order.
+pub fn intervals(rows: &[Row]) -> Vec<&[Row]> {
+    let key = |r: &Row| (r.get("host").cloned(), r.get("interval_start").cloned());
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let k = key(&rows[start]);
+        let len = rows[start..].iter().take_while(|r| key(r) == k).count();
+        blocks.push(&rows[start..start + len]);
+        start += len;
+    }
+    blocks
+}
+
+/// A block's heading, `== [host  ]start  interval 10s ==`, then, when the
+/// recorder lost events in it, a line saying the figures miss them.
+pub fn interval_heading(
+    first: &Row,
+    interval: &str,
+    layout: &Layout,
+    out: &mut impl Write,
+) -> Result<()> {
+    let host = str(first, "host")
+        .map(|h| format!("{h}  "))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{}",
+        layout.heading(&format!(
+            "{host}{}  interval {interval}",
+            text(first, "interval_start")
+        ))
+    )?;
+    let lost = int(first, "lost").unwrap_or(0);
+    if lost > 0 {
+        writeln!(
+            out,
+            "{}",
+            layout.warn(&format!(
+                "LOST  {lost} events in this interval: the figures below miss them"
+            ))
+        )?;
+    }
+    Ok(())
+}
