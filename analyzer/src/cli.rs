@@ -93,7 +93,11 @@ pub struct RecordArgs {
 it, and it runs unchanged with `hindsight sql`.\n\n\
 Intervals are [a, a + INTERVAL) with a a multiple of the interval since the Unix epoch, so \
 any length works over any sampling rate. Every row carries `lost`, the events the recorder \
-lost in its interval: nonzero means the figures miss something."
+lost in its interval: nonzero means the figures miss something.\n\n\
+--format table (the default) is laid out for reading, after the screen of the tool each report \
+replaces: figures rounded and grouped, names cut with '…' to fit the terminal (its width, or \
+COLUMNS; nothing is cut in a pipe), colour only on a terminal and never with NO_COLOR set. \
+--format csv and json keep every column at full precision, for scripts."
 )]
 pub enum ReportCommand {
     /// Per interval, atop's system lines and its top processes by CPU.
@@ -200,6 +204,10 @@ their address space, and minflt/majflt rates from `task_stat` as a cross-check. 
 fault stands for `fault_sample` faults of its session (recording.json): `faults` is scaled, \
 `recorded` is the raw count. Rates divide by the interval's length. What is mapped at an \
 address is `unknown`: no memory maps are recorded.\n\n\
+Output: --format table prints a block per interval, the processes that faulted most first: \
+FAULTS (~ when estimated from sampled faults), FAULTS/s and its USER, KERNEL and WRITE shares, \
+MINFLT/s and MAJFLT/s from /proc, the hot region and the command line; without the faults group, \
+only the /proc columns. csv and json print every column above, a row per interval and process.\n\n\
 Examples:\n  \
 hindsight report faults rec/ --interval 10s --top 5";
 
@@ -209,6 +217,11 @@ move_numa/swap_numa/stick_numa and node pair src_nid -> dst_nid: how many), and 
 (numastat per node, and the numa*/pgmigrate* counters of vmstat and node_vmstat: the change in \
 the interval and its rate, by the bounding-sample rule of `report atop`; counters that did not \
 change are left out).\n\n\
+Output: --format table prints a block per interval, like numastat and numamove side by side, in \
+counts: the balancing line (hinting faults and their local share, PTE updates, pages migrated), \
+the migration line, numastat's counters with a column per node, the processes whose pages were \
+migrated (most first, with the kernel's reason) and the tasks the scheduler moved between nodes \
+(from, to, how often). csv and json print the rows above, with rates.\n\n\
 Examples:\n  \
 hindsight report numa rec/ --interval 1m";
 
@@ -217,7 +230,12 @@ reads and mmap faults), hits (accesses minus misses, never below zero), misses (
 the cache) and dirtied pages, all in pages, and the hit ratio (hits as a % of accesses), like \
 BCC's cachetop after the fact; fault_around is the pages of the windows mmap faults mapped \
 around themselves, apart from accesses. A `page_cache` row is counted in the interval its `ts` \
-(the end of the recorder's interval) falls in.\n\n\
+(the end of the recorder's interval) falls in. The --top processes of an interval are those \
+with the most misses.\n\n\
+Output: --format table prints BCC cachetop's columns, a block per interval: PID, COMM, HITS, \
+MISSES, DIRTIES, READ_HIT% (hits of the pages looked up) and WRITE_HIT% (dirtied pages that were \
+already cached, estimated: pages added beyond those looked up count as written fresh). csv and \
+json print accesses, hits, misses, dirtied, hit_ratio_pct and fault_around.\n\n\
 Examples:\n  \
 hindsight report cachetop rec/ --interval 10s --top 20";
 

@@ -365,6 +365,10 @@ pub fn rate(v: Option<f64>) -> String {
         return "-".into();
     };
     let magnitude = v.abs();
+    if magnitude > 0.0 && magnitude < 0.005 {
+        // Not nil, and not to be read as nil.
+        return if v > 0.0 { "<0.01" } else { ">-0.01" }.into();
+    }
     if magnitude >= 99.95 || magnitude == 0.0 {
         count(Some(v.round() as i64))
     } else if magnitude >= 9.995 {
@@ -499,6 +503,7 @@ mod tests {
         assert_eq!(rate(Some(12.54)), "12.5");
         assert_eq!(rate(Some(0.3712)), "0.37");
         assert_eq!(rate(Some(0.0)), "0");
+        assert_eq!(rate(Some(0.001)), "<0.01");
         assert_eq!(rate(Some(f64::NAN)), "-");
         assert_eq!(pct(Some(99.98230088495575)), ">99.9%");
         assert_eq!(pct(Some(100.0)), "100.0%");

@@ -388,19 +388,9 @@ pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
     Ok(())
 }
 
+/// A size for people: [`crate::human::bytes`] of a count of bytes.
 pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    crate::human::bytes(Some(n as f64))
 }
 
 pub(crate) fn human_duration(seconds: f64) -> String {

@@ -1,6 +1,9 @@
 use std::{fs, io::Write, thread, time::Duration};
 
-use crate::fixture::{hindsight_stdout, load, load_reaped, quiet, shared, sql, Recorder, Scratch};
+use crate::fixture::{
+    hindsight_stdout, load, load_reaped, quiet, shared, sql, table_count, table_rows, Recorder,
+    Scratch,
+};
 
 /// Reading a file that is not in the page cache shows about one miss per
 /// page for the reader; reading it again shows hits and almost no misses.
@@ -64,6 +67,41 @@ fn page_cache_misses_then_hits_per_process() {
         warm_misses <= PAGES / 100,
         "warm read: {warm_misses} misses"
     );
+
+    // The screen a person reads says the same, in cachetop's columns: the
+    // cold reader missed about every page, the warm one hit them.
+    let rec_s = rec.to_str().unwrap();
+    let table = hindsight_stdout(&["report", "cachetop", rec_s, "--interval", "1h"]);
+    assert!(
+        table.contains("PID  COMM")
+            && table.contains("HITS  MISSES  DIRTIES  READ_HIT%  WRITE_HIT%"),
+        "{table}"
+    );
+    let shown = |pid: &serde_json::Value| {
+        let rows = table_rows(&table, &pid.to_string());
+        let sum = |column: usize| rows.iter().map(|r| table_count(&r[column])).sum::<i64>();
+        (sum(2), sum(3), rows)
+    };
+    let (cold_hits, cold_shown_misses, cold_rows) = shown(&cold["pid"]);
+    assert_eq!(cold_shown_misses, cold_misses, "{table}");
+    assert!(
+        cold_hits <= PAGES / 20,
+        "cold read: {cold_hits} hits shown\n{table}"
+    );
+    let (warm_hits, warm_shown_misses, warm_rows) = shown(&warm["pid"]);
+    assert_eq!(warm_shown_misses, warm_misses, "{table}");
+    assert_eq!(warm_hits, warm_accesses - warm_misses, "{table}");
+    for row in cold_rows.iter().chain(&warm_rows) {
+        assert_eq!(row[1], "hs-load", "{table}");
+    }
+    if let [row] = warm_rows.as_slice() {
+        let ratio: f64 = row[5]
+            .trim_start_matches('>')
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!(ratio >= 99.0, "warm read hit {}\n{table}", row[5]);
+    }
 }
 
 /// `report atop`: a process burning one core shows about 100 % CPU (a % of
@@ -152,6 +190,14 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
         !sleeping.is_empty() && sleeping.iter().all(|(p, _)| *p < 2.0),
         "sleeper CPU %: {sleeping:?}"
     );
+    // The screen a person reads shows those figures, interval by interval.
+    let table = hindsight_stdout(&["report", "atop", rec.to_str().unwrap(), "-i", "2s"]);
+    let shown: Vec<String> = table_rows(&table, &burner["pid"].to_string())
+        .into_iter()
+        .map(|r| r[2].clone())
+        .collect();
+    let expected: Vec<String> = burning.iter().map(|(p, _)| format!("{p:.1}%")).collect();
+    assert_eq!(shown, expected, "{table}");
     // The system lines are there too: every interval inside the burn is
     // as busy as the test's own /proc/stat readings at its two samples say.
     let utc = |r: &serde_json::Value, key: &str| {

@@ -1,7 +1,8 @@
 use std::fs;
 
 use crate::fixture::{
-    load, load_reaped, quiet, shared, sql, sql_count, utc_now_ns, Recorder, Scratch,
+    hindsight_stdout, load, load_reaped, quiet, shared, sql, sql_count, table_count, table_rows,
+    utc_now_ns, Recorder, Scratch,
 };
 
 fn vmstat(name: &str) -> i64 {
@@ -172,4 +173,30 @@ fn touched_pages_show_in_task_snapshots_and_fault_events() {
         (faults - kernel_faults).abs() * 100 <= kernel_faults,
         "{faults} page_fault rows vs the kernel's {kernel_faults} faults of the process"
     );
+
+    // `report faults` as a person reads it: the toucher's line carries
+    // those faults.
+    let table = hindsight_stdout(&[
+        "report",
+        "faults",
+        rec.to_str().unwrap(),
+        "--interval",
+        "1h",
+    ]);
+    let rows = table_rows(&table, &pid.to_string());
+    assert!(!rows.is_empty(), "no line of pid {pid}:\n{table}");
+    let header = table_rows(&table, "PID");
+    assert_eq!(
+        header[0][..9],
+        [
+            "PID", "COMM", "FAULTS", "FAULTS/s", "USER/s", "KERNEL/s", "WRITE/s", "MINFLT/s",
+            "MAJFLT/s"
+        ],
+        "{table}"
+    );
+    let shown: i64 = rows.iter().map(|r| table_count(&r[2])).sum();
+    assert_eq!(shown, faults, "{table}");
+    for row in &rows {
+        assert_eq!(row[1], "hs-load", "{table}");
+    }
 }

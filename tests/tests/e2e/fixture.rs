@@ -215,6 +215,32 @@ pub fn hindsight_stdout(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The rows of a report's tables (its table format, as a person reads it)
+/// whose first cell is `first`: each row's cells, which the layout
+/// separates by two spaces or more.
+pub fn table_rows(table: &str, first: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|line| {
+            line.trim()
+                .split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| cells.first().map(String::as_str) == Some(first))
+        .collect()
+}
+
+/// A count as the reports' tables print it (`49,155`), read back.
+pub fn table_count(cell: &str) -> i64 {
+    cell.trim_start_matches('~')
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} is not a count"))
+}
+
 /// `hindsight sql DIR QUERY --format json`, parsed into one JSON value a row.
 pub fn sql(dir: &Path, query: &str) -> Vec<serde_json::Value> {
     let out = run(Command::new(bin("hindsight"))

@@ -11,8 +11,8 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, shared, sql_count, utc_now_ns,
-    Recorder, Scratch,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, shared, sql_count, table_rows,
+    utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -116,6 +116,22 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         .iter()
         .find(|m| m["metric"] == "process_cpu" && m["pid"].as_i64() == Some(burn_pid))
         .unwrap_or_else(|| panic!("no process_cpu departure of the hog: {incident}"));
+    // The table a person reads: the one incident, with the hog's line and
+    // its observed CPU, rounded to three digits.
+    let table = hindsight_stdout(&["report", "timeline", rec, "-i", "5s"]);
+    assert_eq!(table.matches("== incident ").count(), 1, "{table}");
+    let lines: Vec<Vec<String>> = table_rows(&table, "process_cpu")
+        .into_iter()
+        .filter(|r| r[1] == burn_pid.to_string())
+        .collect();
+    assert_eq!(lines.len(), 1, "{table}");
+    assert_eq!(lines[0][2], "hs-load", "{table}");
+    let observed: f64 = lines[0][4].replace(',', "").parse().unwrap();
+    let truth = hog["observed"].as_f64().unwrap();
+    assert!(
+        (observed - truth).abs() <= 0.005 * truth + 0.05,
+        "observed {observed} in the table, {truth} in JSON:\n{table}"
+    );
     assert!(
         hog["observed"].as_f64().unwrap() > 25.0 && hog["baseline"].as_f64().unwrap() < 5.0,
         "{hog}"
@@ -220,6 +236,33 @@ fn runqlat_totals(rec: &str, pid: i64) -> (f64, i64, Vec<(i64, i64)>) {
         .collect();
     counts.sort();
     let total_ns = rows.iter().map(|r| r["total_ns"].as_f64().unwrap()).sum();
+    // BCC's screen, as a person reads it, has the same waits in its slots.
+    let table = hindsight_stdout(&[
+        "report",
+        "runqlat",
+        rec,
+        "--interval",
+        "1h",
+        "--pid",
+        &pid.to_string(),
+    ]);
+    let in_blocks: Vec<&str> = table
+        .split("\n\n")
+        .filter(|b| b.contains(&format!("pid {pid} ")))
+        .collect();
+    let mut shown: Vec<(i64, i64)> = in_blocks
+        .iter()
+        .flat_map(|b| b.lines())
+        .filter_map(|line| {
+            let (range, rest) = line.split_once(" : ")?;
+            let (low, _) = range.split_once("->")?;
+            let low: i64 = low.trim().parse().ok()?;
+            let count: i64 = rest.split('|').next()?.trim().parse().ok()?;
+            Some((slot(low * 1000), count))
+        })
+        .collect();
+    shown.sort();
+    assert_eq!(shown, counts, "report runqlat --pid {pid}:\n{table}");
     (total_ns, counts.iter().map(|c| c.1).sum(), counts)
 }
 

@@ -12,7 +12,9 @@ use std::{
     process::Command,
 };
 
-use crate::fixture::{hindsight_stdout, quiet, run, sql, sql_count, Scratch};
+use crate::fixture::{
+    hindsight_stdout, quiet, run, sql, sql_count, table_count, table_rows, Scratch,
+};
 
 /// The repository's root (the guest sees this machine's root read-only).
 fn repo() -> PathBuf {
@@ -225,6 +227,37 @@ fn numa_balancing_moving_a_processs_memory_is_recorded_and_reported() {
         rows.iter()
             .any(|r| r["kind"] == "counter" && r["counter"] == "numa_hint_faults"),
         "report numa shows the hinting faults rising: {report}"
+    );
+    // And as a person reads it (numastat's and numamove's screens): the
+    // process's lines of pages migrated, the hinting faults of the
+    // balancing lines, and a column for each node.
+    let table = hindsight_stdout(&["report", "numa", rec.to_str().unwrap()]);
+    let lines = table_rows(&table, &pid.to_string());
+    let shown_pages: i64 = lines
+        .iter()
+        .filter(|r| r.last().map(String::as_str) == Some("numa_misplaced"))
+        .inspect(|r| assert_eq!(r[1], "numa-stray", "{table}"))
+        .map(|r| table_count(&r[2]))
+        .sum();
+    assert_eq!(shown_pages, misplaced, "report numa:\n{table}");
+    let hint_faults_json: i64 = rows
+        .iter()
+        .filter(|r| {
+            r["kind"] == "counter" && r["source"] == "vmstat" && r["counter"] == "numa_hint_faults"
+        })
+        .map(|r| r["delta"].as_i64().unwrap())
+        .sum();
+    let hint_faults_shown: i64 = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("BALANCING  hinting faults "))
+        .map(|rest| table_count(rest.split_whitespace().next().unwrap()))
+        .sum();
+    assert_eq!(hint_faults_shown, hint_faults_json, "report numa:\n{table}");
+    assert!(
+        table_rows(&table, "PER NODE")
+            .iter()
+            .any(|r| r[1..] == ["node0", "node1"]),
+        "report numa:\n{table}"
     );
     // `report timeline`, against the quiet half-minutes on either side,
     // names the interval the memory moved in and the process that moved it.
