@@ -150,7 +150,9 @@ time, ms per s), lost (events the recorder lost), and per process process_cpu (%
 sched_switch), process_faults (task_stat), process_runq_wait, process_offcpu_d and \
 process_numa_migrated (pages the process's migrations moved, pages per s, from numa_event).\n\n\
 Method: every series (a system metric, or one process's metric) has a value per interval. Its \
-baseline is its median over the whole range reported, its spread the median absolute deviation \
+baseline is its median over the range reported and the hour before it (history, read for the \
+baselines and never reported, so a range narrowed to an incident is judged against what was \
+normal before it), its spread the median absolute deviation \
 (MAD) times 1.4826 (a standard deviation for normal noise, but one a short burst cannot inflate). \
 An interval departs when a value exceeds the median by more than 5 spreads AND by more than the \
 metric's floor (e.g. 25 points of one CPU for process_cpu, 5000/s for ctxt), so flat series do \

@@ -4,7 +4,8 @@
 //!
 //! Method (also in `report timeline --help`): every series (a system metric,
 //! or a per-process metric of one process) has one value per interval. Its
-//! baseline is the median over all intervals of the range, and its spread
+//! baseline is the median over all intervals of the range and of the
+//! history read before it (which are never reported), and its spread
 //! the MAD (median absolute deviation) scaled by 1.4826, which estimates a
 //! standard deviation but, like the median, ignores a minority of
 //! outliers: a burst cannot hide itself by raising its own baseline. An
@@ -126,8 +127,16 @@ pub fn robust_baseline(values: &[f64]) -> (f64, f64) {
 }
 
 /// Finds the incidents in `samples`, on each host's grid of intervals from
-/// its first to its last sample, `interval_ns` apart.
-pub fn incidents(samples: &[Sample], specs: &[MetricSpec], interval_ns: i64) -> Vec<Incident> {
+/// its first to its last sample, `interval_ns` apart. Intervals before
+/// `report_from` are history: they count in every baseline, and never
+/// depart themselves.
+pub fn incidents(
+    samples: &[Sample],
+    specs: &[MetricSpec],
+    interval_ns: i64,
+    report_from: Option<i64>,
+) -> Vec<Incident> {
+    let reported = |t: i64| report_from.is_none_or(|from| t >= from);
     let spec = |name: &str| specs.iter().find(|s| s.name == name);
     // host -> every interval of its range
     let mut grid: BTreeMap<Option<String>, BTreeSet<i64>> = BTreeMap::new();
@@ -182,6 +191,7 @@ pub fn incidents(samples: &[Sample], specs: &[MetricSpec], interval_ns: i64) -> 
         let unit = spread.max(spec.floor / SIGMAS);
         let departs = values
             .iter()
+            .filter(|(t, _)| reported(**t))
             .filter(|(_, v)| **v - baseline > SIGMAS * spread && **v - baseline > spec.floor)
             .map(|(t, v)| (*t, (v - baseline) / unit))
             .collect();
@@ -373,7 +383,30 @@ mod tests {
 
     #[test]
     fn quiet_series_have_no_incident() {
-        assert_eq!(incidents(&quiet(30, |_| vec![]), SPECS, IV), vec![]);
+        assert_eq!(incidents(&quiet(30, |_| vec![]), SPECS, IV, None), vec![]);
+    }
+
+    #[test]
+    fn history_sets_the_baseline_and_is_never_reported() {
+        // A burst in interval 5 (history) and a hog in every interval of
+        // the range 25..30.
+        let samples = quiet(30, |k| match k {
+            5 => vec![process(k, 66, 100.0)],
+            25.. => vec![process(k, 77, 100.0)],
+            _ => vec![],
+        });
+        let found = incidents(&samples, SPECS, IV, Some(25 * IV));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!((found[0].start, found[0].end), (25 * IV, 30 * IV));
+        assert_eq!(found[0].metrics[0].pid, Some(77));
+        assert_eq!(found[0].metrics[0].baseline, 0.0);
+        // The range alone is its own baseline: nothing departs.
+        let range_only: Vec<Sample> = samples
+            .iter()
+            .filter(|s| s.interval >= 25 * IV)
+            .cloned()
+            .collect();
+        assert_eq!(incidents(&range_only, SPECS, IV, None), vec![]);
     }
 
     #[test]
@@ -390,7 +423,7 @@ mod tests {
             ],
             _ => vec![],
         });
-        let found = incidents(&samples, SPECS, IV);
+        let found = incidents(&samples, SPECS, IV, None);
         assert_eq!(found.len(), 1, "{found:#?}");
         let incident = &found[0];
         assert_eq!((incident.start, incident.end), (12 * IV, 14 * IV));
@@ -435,7 +468,7 @@ mod tests {
             s.host = Some("b".into());
         }
         samples.append(&mut other);
-        let all = incidents(&samples, SPECS, IV);
+        let all = incidents(&samples, SPECS, IV, None);
         let found: Vec<(Option<&str>, i64, i64)> = all
             .iter()
             .map(|i| (i.host.as_deref(), i.start / IV, i.end / IV))
@@ -448,7 +481,7 @@ mod tests {
         let samples: Vec<Sample> = (0..3)
             .map(|k| process(k, 5, [0.0, 0.0, 99.0][k as usize]))
             .collect();
-        assert_eq!(incidents(&samples, SPECS, IV), vec![]);
+        assert_eq!(incidents(&samples, SPECS, IV, None), vec![]);
     }
 
     #[test]
@@ -459,6 +492,6 @@ mod tests {
                 ..system(k, if k == 5 { 1e9 } else { 1.0 })
             })
             .collect();
-        assert_eq!(incidents(&samples, SPECS, IV), vec![]);
+        assert_eq!(incidents(&samples, SPECS, IV, None), vec![]);
     }
 }

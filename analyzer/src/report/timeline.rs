@@ -112,8 +112,17 @@ pub(super) fn quoted(names: &[&str]) -> String {
         .join(", ")
 }
 
-/// The statement: every metric per interval, in long form.
+/// How far before the reported range the timeline reads intervals for its
+/// baselines: a range narrowed to an incident is judged against the hour
+/// before it, not against itself.
+pub const HISTORY_NS: i64 = 3600 * 1_000_000_000;
+
+/// The statement: every metric per interval, in long form, from
+/// [`HISTORY_NS`] before the range (where it has a start) to its end.
 pub fn sql(env: &Env) -> String {
+    let mut with_history = env.clone();
+    with_history.from = env.from.map(|from| from - HISTORY_NS);
+    let env = &with_history;
     let h = env.h();
     let iv_s = env.interval.ns() as f64 / 1e9;
     let events = env.event_bounds("ts");
@@ -228,9 +237,11 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
     Ok(out)
 }
 
-/// The incidents of `samples`.
+/// The incidents of `samples` in the reported range; what came before it
+/// is history for the baselines.
 pub fn incidents(samples: &[Sample], env: &Env) -> Vec<Incident> {
-    baseline::incidents(samples, METRICS, env.interval.ns())
+    let from = env.from.map(|from| env.interval.align(from));
+    baseline::incidents(samples, METRICS, env.interval.ns(), from)
 }
 
 /// An incident as the JSON contract prints it.

@@ -108,6 +108,46 @@ fn the_quiet_part_and_other_metrics_have_no_incident() {
     assert!(stderr(&out).contains("pgscan_direct"), "{}", stderr(&out));
 }
 
+/// A range narrowed to the burst itself is judged against the history
+/// before it, not against itself: every interval of the range is the hog's.
+#[test]
+fn a_range_narrowed_to_the_burst_is_judged_against_what_came_before() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    let narrowed = [
+        "--from",
+        "2023-11-14T22:13:50Z",
+        "--to",
+        "2023-11-14T22:13:55Z",
+        "-i",
+        "1s",
+    ];
+    let incidents = timeline(&rec.dir, &narrowed);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let incident = &incidents[0];
+    assert_eq!(incident["start"], "2023-11-14T22:13:50Z");
+    assert_eq!(incident["end"], "2023-11-14T22:13:55Z");
+    let hog = &incident["metrics"][0];
+    assert_eq!(
+        (hog["metric"].clone(), hog["pid"].clone()),
+        (json!("process_cpu"), json!(77))
+    );
+    assert_eq!(hog["baseline"], 0.0);
+    // The history is read, not reported: the quiet 30 s before have no incident.
+    let before = timeline(
+        &rec.dir,
+        &[
+            "--from",
+            "2023-11-14T22:13:45Z",
+            "--to",
+            "2023-11-14T22:13:50Z",
+            "-i",
+            "1s",
+        ],
+    );
+    assert_eq!(before, Vec::<Value>::new());
+}
+
 #[test]
 fn timeline_table_and_csv_name_the_hog() {
     let fx = Fixture::new();

@@ -150,6 +150,31 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         &rfc3339(burst_start - S),
     ]);
     assert_eq!(quiet_text.trim(), "[]", "the quiet part has incidents");
+
+    // Narrowed to the burst, as one would for a ticket: the range is all
+    // burst, and the hour before it is the baseline, so the hog is found.
+    let narrowed = hindsight_stdout(&[
+        "report",
+        "timeline",
+        rec,
+        "-i",
+        "1s",
+        "-f",
+        "json",
+        "--from",
+        &rfc3339(burst_start + S),
+        "--to",
+        &rfc3339(burst_end - S),
+    ]);
+    let incidents: Vec<Value> = serde_json::from_str(&narrowed).unwrap();
+    assert!(
+        incidents.iter().any(|i| i["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["metric"] == "process_cpu" && m["pid"].as_i64() == Some(burn_pid))),
+        "the burst, narrowed to, is not an incident of the hog: {narrowed}"
+    );
 }
 
 /// Parses the RFC 3339 UTC times the analyzer prints.
