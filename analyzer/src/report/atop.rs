@@ -315,7 +315,12 @@ pub fn write_table(
         if i > 0 {
             writeln!(out)?;
         }
-        screen::interval_heading(&block[0], &env.interval.human(), layout, &mut out)?;
+        screen::interval_heading(
+            &block[0],
+            &format!("interval {}", env.interval.human()),
+            layout,
+            &mut out,
+        )?;
         let mut processes = Table::new(vec![
             human::figure("PID"),
             human::name("COMM", 16),

@@ -113,7 +113,12 @@ pub fn write_table(
          that no lookup explains.";
     writeln!(out, "{}\n", human::wrap(legend, layout))?;
     for block in screen::intervals(&rows) {
-        screen::interval_heading(&block[0], &env.interval.human(), layout, out)?;
+        screen::interval_heading(
+            &block[0],
+            &format!("interval {}", env.interval.human()),
+            layout,
+            out,
+        )?;
         let mut table = Table::new(vec![
             human::figure("PID"),
             human::name("COMM", 16),

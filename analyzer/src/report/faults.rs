@@ -282,7 +282,12 @@ pub fn write_table(
         Box::new((|r| screen::text(r, "cmdline")) as Cell),
     ));
     for block in screen::intervals(&rows) {
-        screen::interval_heading(&block[0], &env.interval.human(), layout, out)?;
+        screen::interval_heading(
+            &block[0],
+            &format!("interval {}", env.interval.human()),
+            layout,
+            out,
+        )?;
         let mut table = Table::new(fields.iter().map(|(c, _)| c.clone()).collect());
         for r in block {
             table.row(fields.iter().map(|(_, cell)| cell(r)).collect());

@@ -198,7 +198,12 @@ pub fn write_table(
          moved a task to a node, swap_numa exchanged two, stick_numa could not move one).";
     writeln!(out, "{}\n", human::wrap(legend, layout))?;
     for block in screen::intervals(&rows) {
-        screen::interval_heading(&block[0], &env.interval.human(), layout, out)?;
+        screen::interval_heading(
+            &block[0],
+            &format!("interval {}", env.interval.human()),
+            layout,
+            out,
+        )?;
         write_summary(block, out)?;
         write_nodes(block, layout, out)?;
         write_processes(block, layout, out)?;

@@ -13,7 +13,7 @@ use anyhow::Result;
 use arrow::array::RecordBatch;
 use serde_json::{Map, Value};
 
-use super::Env;
+use super::{screen, Env};
 use crate::human::Layout;
 use crate::output;
 
@@ -99,11 +99,6 @@ pub fn write_table(batches: &[RecordBatch], layout: &Layout, out: &mut impl Writ
             .map_or(rows.len(), |n| start + n);
         let block = &rows[start..end];
         let first = &block[0];
-        let host = first
-            .get("host")
-            .and_then(Value::as_str)
-            .map(|h| format!("{h}  "))
-            .unwrap_or_default();
         let who = match first.get("kind").and_then(Value::as_str) {
             Some("process") => format!(
                 "pid {} {}",
@@ -112,27 +107,7 @@ pub fn write_table(batches: &[RecordBatch], layout: &Layout, out: &mut impl Writ
             ),
             _ => "all processes".into(),
         };
-        let lost = first.get("lost").and_then(Value::as_i64).unwrap_or(0);
-        writeln!(
-            out,
-            "{}",
-            layout.heading(&format!(
-                "{host}{}  {who}",
-                first
-                    .get("interval_start")
-                    .and_then(Value::as_str)
-                    .unwrap_or("-"),
-            ))
-        )?;
-        if lost > 0 {
-            writeln!(
-                out,
-                "{}",
-                layout.warn(&format!(
-                    "LOST  {lost} events in this interval: the waits below miss them"
-                ))
-            )?;
-        }
+        screen::interval_heading(first, &who, layout, out)?;
         writeln!(
             out,
             "{:>20} : {:<8} |{:<40}|",

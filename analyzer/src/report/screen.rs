@@ -51,34 +51,30 @@ pub fn intervals(rows: &[Row]) -> Vec<&[Row]> {
     blocks
 }
 
-/// A block's heading, `== [host  ]start  interval 10s ==`, then, when the
-/// recorder lost events in it, a line saying the figures miss them.
+/// A block's heading, `== [host  ]start  LABEL ==`, with the events the
+/// recorder lost in the interval on the same line (`LOST 7 events`, in red
+/// on a terminal): the figures under it miss them.
 pub fn interval_heading(
     first: &Row,
-    interval: &str,
+    label: &str,
     layout: &Layout,
     out: &mut impl Write,
 ) -> Result<()> {
     let host = str(first, "host")
         .map(|h| format!("{h}  "))
         .unwrap_or_default();
-    writeln!(
-        out,
-        "{}",
-        layout.heading(&format!(
-            "{host}{}  interval {interval}",
-            text(first, "interval_start")
-        ))
-    )?;
+    let text = format!("{host}{}  {label}", text(first, "interval_start"));
     let lost = int(first, "lost").unwrap_or(0);
     if lost > 0 {
         writeln!(
             out,
-            "{}",
-            layout.warn(&format!(
-                "LOST  {lost} events in this interval: the figures below miss them"
-            ))
+            "{}{}{}",
+            layout.bold(&format!("== {text}  ")),
+            layout.warn(&format!("LOST {lost} events")),
+            layout.bold(" ==")
         )?;
+    } else {
+        writeln!(out, "{}", layout.heading(&text))?;
     }
     Ok(())
 }
