@@ -1,6 +1,6 @@
 use std::process::Command;
 
-use crate::fixture::{pingpong, run, settle, shared, sql, Recorder, Scratch};
+use crate::fixture::{load, pingpong, run, settle, shared, sql, Recorder, Scratch};
 
 /// DuckDB is an independent Parquet reader: if, in every table of a
 /// default recording, it reads the same rows as hindsight (their count, and
@@ -15,6 +15,10 @@ fn duckdb_reads_every_table_as_hindsight_does() {
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--chunk", "1s"]);
     pingpong(2_000);
+    // Half a second on a CPU: about 25 samples at the default 49 Hz, so the
+    // stack tables have rows (the ping-pong alone is a few ms of CPU, and a
+    // run with no sample at all left them without a file).
+    load(&["burn", "0.5"]);
     settle();
     recorder.stop();
 
