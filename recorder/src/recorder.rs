@@ -106,8 +106,9 @@ struct Collector {
     decode_errors: u64,
     /// Present when stacks are recorded (`cpu` group or `--off-cpu-stacks`).
     stacks: Option<StackInterner>,
-    /// The symbolizer's count of perf maps it refused to read.
-    perf_maps_refused: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// The symbolizer's own counts, recorded as `recorder` counters:
+    /// perf maps it refused to read, modules it opened.
+    symbolizer_counts: Vec<(&'static str, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
 }
 
 impl Collector {
@@ -607,11 +608,9 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
     }
-    if let Some(refused) = &c.perf_maps_refused {
-        let value = refused.load(std::sync::atomic::Ordering::Relaxed) as i64;
-        c.rows
-            .counter
-            .push(ts, "recorder", "perf_maps_refused", None, value);
+    for (name, count) in &c.symbolizer_counts {
+        let value = count.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        c.rows.counter.push(ts, "recorder", name, None, value);
     }
 }
 
@@ -878,9 +877,18 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         stacks: symbolizer
             .as_ref()
             .map(|s| StackInterner::new(std::path::Path::new("/proc"), s.requests.clone())),
-        perf_maps_refused: symbolizer
+        symbolizer_counts: symbolizer
             .as_ref()
-            .map(|s| std::sync::Arc::clone(&s.perf_maps_refused)),
+            .map(|s| {
+                vec![
+                    (
+                        "perf_maps_refused",
+                        std::sync::Arc::clone(&s.perf_maps_refused),
+                    ),
+                    ("modules_opened", std::sync::Arc::clone(&s.modules_opened)),
+                ]
+            })
+            .unwrap_or_default(),
     }));
 
     // Scan after attaching: a process started in between is then seen twice

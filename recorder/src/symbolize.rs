@@ -186,6 +186,10 @@ pub struct SymbolizerThread {
     pub named: Receiver<FrameRow>,
     /// Perf maps refused so far (not regular, not the process's own, too big).
     pub perf_maps_refused: Arc<AtomicU64>,
+    /// Modules (binaries, libraries) opened and parsed so far: one a binary
+    /// however many processes run it, more only where memory is let go of
+    /// (idle, over budget) and the module comes back.
+    pub modules_opened: Arc<AtomicU64>,
     handle: JoinHandle<()>,
 }
 
@@ -195,14 +199,17 @@ impl SymbolizerThread {
         let (named_tx, named) = std::sync::mpsc::channel();
         let perf_maps = PerfMaps::new(proc_root, Arc::default());
         let perf_maps_refused = Arc::clone(&perf_maps.refused);
+        let modules_opened = Arc::new(AtomicU64::new(0));
+        let opened = Arc::clone(&modules_opened);
         let kallsyms_path = proc_root.join("kallsyms");
         let handle = std::thread::Builder::new()
             .name("hs-symbolize".into())
-            .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps))?;
+            .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps, opened))?;
         Ok(SymbolizerThread {
             requests,
             named,
             perf_maps_refused,
+            modules_opened,
             handle,
         })
     }
@@ -398,6 +405,8 @@ struct Modules {
     /// ([`self_resident_bytes`]); tests set both.
     budget: u64,
     resident: fn() -> Option<u64>,
+    /// Counts every module opened (and so parsed) by blazesym.
+    opened: Arc<AtomicU64>,
 }
 
 impl Modules {
@@ -405,6 +414,7 @@ impl Modules {
         Modules {
             budget,
             resident,
+            opened: Arc::default(),
             symbolizer: new_symbolizer(),
             open: HashSet::new(),
             namings: HashMap::new(),
@@ -420,6 +430,7 @@ impl Modules {
                 self.release();
             }
             self.open.insert(path.to_string());
+            self.opened.fetch_add(1, Ordering::Relaxed);
         }
         if !self.namings.contains_key(path) {
             if self.namings.len() >= MAX_REMEMBERED_MODULES {
@@ -484,11 +495,13 @@ fn run(
     named: Sender<FrameRow>,
     kallsyms_path: &Path,
     mut perf_maps: PerfMaps,
+    opened: Arc<AtomicU64>,
 ) {
     let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
     // The 5 MiB text just read is free now.
     return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
+    modules.opened = opened;
     loop {
         let received = match queue.try_recv() {
             Ok(row) => Ok(row),

@@ -246,7 +246,7 @@ pub static COUNTER: Table = Table {
           `procs_running`, `procs_blocked` gauges), `meminfo` (/proc/meminfo; kB), `pressure` (/proc/pressure/*; \
           `<resource>_some_total`/`<resource>_full_total` in microseconds), `node_vmstat` and `numastat` \
           (/sys/devices/system/node/nodeN; pages or events, scope `nodeN`), and `recorder` (the recorder itself: \
-          `utime_us`, `stime_us` CPU time, `rss_kb` resident memory (a gauge), `events` received, `bytes_written` closed to disk, `lost` events, `writer_wait_us` time its event loop was held up by its writer (full queue, slow disk): rings are not drained meanwhile, so `ring_full` losses with a rise here are the recorder's own; and, when stacks are recorded, `perf_maps_refused`, processes whose JIT perf map was not read because they were not the process's own regular file of at most 64 MiB).",
+          `utime_us`, `stime_us` CPU time, `rss_kb` resident memory (a gauge), `events` received, `bytes_written` closed to disk, `lost` events, `writer_wait_us` time its event loop was held up by its writer (full queue, slow disk): rings are not drained meanwhile, so `ring_full` losses with a rise here are the recorder's own; and, when stacks are recorded, `perf_maps_refused`, processes whose JIT perf map was not read because they were not the process's own regular file of at most 64 MiB, and `modules_opened`, binaries and libraries the symbolizer opened and parsed: one per binary however many processes run it, more where it let go of them to bound its memory and they came back).",
     sort_key: &["source", "name", "scope", "ts"],
     columns: &[
         col("ts", Timestamp, "ns, UTC", "When the value was read."),

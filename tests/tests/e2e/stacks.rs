@@ -12,7 +12,7 @@ use arrow::{
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::fixture::{bin, quiet, run, shared, sql, Recorder, Scratch};
+use crate::fixture::{bin, quiet, run, shared, sql, sql_count, Recorder, Scratch};
 
 const FREQUENCY: u32 = 499;
 
@@ -412,5 +412,96 @@ fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
         [serde_json::json!({ "build_id": build_id(&exe) })],
         "the host file's build id is {}",
         build_id(&path)
+    );
+}
+
+/// A burst of short-lived processes of one binary (a build host's
+/// compiler, a CI runner's test binaries): the binary is opened and parsed
+/// once, not once a process, its frames are one set of rows for them all,
+/// and every sample in it is named though each process is gone in a blink.
+#[test]
+fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
+    const RUNS: usize = 60;
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let exe = build_workload(scratch.dir.path());
+    let rec = scratch.rec();
+    let frequency = FREQUENCY.to_string();
+    let recorder = Recorder::start(
+        &rec,
+        &["--events", "cpu,counters", "--frequency", &frequency],
+    );
+    let mut pids = Vec::new();
+    for _ in 0..RUNS {
+        let out = run(Command::new(&exe).args(["--burn-ms", "40", "--naps", "0"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        pids.push(truth["pid"].as_i64().unwrap().to_string());
+    }
+    thread::sleep(Duration::from_secs(2));
+    recorder.stop();
+
+    let module = exe.to_str().unwrap();
+    let pids = pids.join(", ");
+    let frames = sql(
+        &rec,
+        &format!(
+            "SELECT count(*) AS frames, count(f.function) AS named, count(DISTINCT s.pid) AS processes,
+               count(DISTINCT CASE WHEN f.function LIKE '%burn_three_parts' THEN s.pid END) AS burning
+             FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
+               JOIN frame f ON f.frame_id = k.frame_id
+             WHERE s.pid IN ({pids}) AND f.module = '{module}'"
+        ),
+    );
+    let get = |c: &str| frames[0][c].as_i64().unwrap();
+    eprintln!(
+        "{RUNS} runs: {} frames in the binary in samples of {} processes, {} named; {} burning",
+        get("frames"),
+        get("processes"),
+        get("named"),
+        get("burning")
+    );
+    assert!(get("processes") >= RUNS as i64 / 2, "{frames:?}");
+    assert_eq!(
+        get("named"),
+        get("frames"),
+        "every frame in the binary named: {frames:?}"
+    );
+    assert!(get("burning") >= RUNS as i64 / 2, "{frames:?}");
+    // One frame row per code address, whichever process ran it.
+    let rows = sql(
+        &rec,
+        &format!(
+            "SELECT count(*) AS n, count(DISTINCT frame_id) AS ids, count(DISTINCT address) AS addresses
+             FROM frame WHERE module = '{module}'"
+        ),
+    );
+    assert_eq!(rows[0]["n"], rows[0]["ids"], "{rows:?}");
+    assert_eq!(rows[0]["ids"], rows[0]["addresses"], "{rows:?}");
+    // The recorder's own count of modules it opened over the whole run is a
+    // few (the binary, libc, the loader, and whatever else was sampled),
+    // not one a process.
+    let opened = sql(
+        &rec,
+        "SELECT max(value) AS n FROM counter WHERE source = 'recorder' AND name = 'modules_opened'",
+    )[0]["n"]
+        .as_i64()
+        .unwrap();
+    // Opened again only where the symbolizer let go of modules (more than
+    // 8 at once, idle, over its memory budget) and one came back: 14 times
+    // for the 6 modules named in, when measured, whatever the number of
+    // processes. One parse a process would be at least RUNS.
+    let modules = sql_count(
+        &rec,
+        "SELECT count(DISTINCT module) AS n FROM frame WHERE CAST(kind AS VARCHAR) = 'user' AND module IS NOT NULL",
+    );
+    eprintln!("modules opened: {opened}, for {modules} modules named in");
+    assert!(
+        opened < RUNS as i64 / 2,
+        "{opened} modules opened for {RUNS} processes of one binary ({modules} modules named in)"
     );
 }
