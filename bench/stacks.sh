@@ -14,6 +14,15 @@
 #   hs-offcpu    hindsight-record --events sched --off-cpu-stacks
 #   perf-sched-g perf record -e sched:sched_switch -a -g
 # plus `bare` (nothing recording) for the storm's usecs/op.
+# Part 3, stacks where processes come and go: one loop per CPU starting
+# short-lived processes of a few binaries (sha256sum, gzip, sort, awk,
+# python3; 10-60 ms each) for DURATION seconds, under:
+#   hs-churn    hindsight-record --events cpu (the default 49 Hz)
+#   perf-churn  perf record -F 49 -a -g
+# Per run: samples, bytes on disk for them (hindsight: the cpu_sample,
+# stack and frame tables; perf: perf.data), processes started, and for
+# hindsight the share of those processes' user frames it named and the
+# modules it opened (`recorder/modules_opened`).
 #
 # All configurations run once per round, interleaved (round 1: all, round 2:
 # all, ...), so a noisy neighbour hits them alike; the summary takes medians.
@@ -24,7 +33,8 @@
 # Run as root from anywhere (it builds the release recorder first):
 #   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
 #   bench/stacks.sh -r 3 -d 10 -l 200000
-# Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -k/--keep, --no-build.
+#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn)
+# Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -k/--keep, --no-build.
 # Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
 set -euo pipefail
 
@@ -33,6 +43,7 @@ DURATION=${DURATION:-20}
 LOOPS=${LOOPS:-300000}
 KEEP=0
 BUILD=1
+PARTS=sampling,storm,churn
 
 die() {
     echo "stacks.sh: $*" >&2
@@ -44,6 +55,7 @@ while (($#)); do
     -r | --rounds) ROUNDS=$2; shift 2 ;;
     -d | --duration) DURATION=$2; shift 2 ;;
     -l | --loops) LOOPS=$2; shift 2 ;;
+    -p | --parts) PARTS=$2; shift 2 ;;
     -k | --keep) KEEP=1; shift ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -158,18 +170,94 @@ run_storm() {
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
+# Part 3: processes of a few binaries coming and going on every CPU.
+blob=$tmp/blob
+words=$tmp/words
+churn() { # DURATION seconds; prints the processes started
+    local end=$((SECONDS + DURATION)) w
+    for ((w = 0; w < $(nproc); w++)); do
+        (
+            n=0
+            while ((SECONDS < end)); do
+                sha256sum "$blob" >/dev/null
+                gzip -1 -c "$blob" >/dev/null
+                sort "$words" >/dev/null
+                awk '{ s += length($0) } END { print s }' "$words" >/dev/null
+                python3 -c 'sum(range(300000))'
+                n=$((n + 5))
+            done
+            echo "$n"
+        ) &
+    done | awk '{ s += $1 } END { print s }'
+}
+
+run_churn() {
+    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 started events bytes named=- opened=-
+    case $config in
+    hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu ;;
+    perf-churn) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
+    esac
+    t0=$(date +%s.%N)
+    c0=$(cpu_seconds "$tool_pid")
+    started=$(churn)
+    c1=$(cpu_seconds "$tool_pid")
+    t1=$(date +%s.%N)
+    stop_tool
+    case $config in
+    hs-churn)
+        events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }')
+        bytes=$(cat "$out"/{cpu_sample,stack,frame}/*.parquet | wc -c)
+        if [[ -x $root/target/release/hindsight ]]; then
+            named=$("$root/target/release/hindsight" sql "$out" -f csv \
+                "SELECT round(100.0 * count(f.function) / count(*), 2) FROM cpu_sample s
+                   JOIN stack k ON k.stack_id = s.stack_id JOIN frame f ON f.frame_id = k.frame_id
+                 WHERE CAST(f.kind AS VARCHAR) = 'user' AND f.module IS NOT NULL
+                   AND CAST(s.comm AS VARCHAR) IN ('sha256sum', 'gzip', 'sort', 'awk', 'python3')" | tail -1)
+            opened=$("$root/target/release/hindsight" sql "$out" -f csv \
+                "SELECT max(value) FROM counter WHERE source = 'recorder' AND name = 'modules_opened'" | tail -1)
+        fi
+        ;;
+    perf-churn)
+        events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')
+        bytes=$(wc -c <"$out.data")
+        ;;
+    esac
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$config" \
+        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+        "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" \
+        "${events:-0}" "$bytes" "$started" "$named" "$opened" >>"$churn_results"
+    echo "  $r $config events=${events:-0} bytes=$bytes started=$started named=$named% opened=$opened" >&2
+    ((KEEP)) || rm -rf "$out" "$out.data"
+}
+
+part() { [[ ,$PARTS, == *,$1,* ]]; }
+churn_results=$tmp/churn.tsv
+printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pct\tmodules_opened\n' >"$churn_results"
+if part churn; then
+    head -c $((4 << 20)) /dev/urandom >"$blob"
+    seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
+    [[ -x $root/target/release/hindsight ]] || echo "no target/release/hindsight: named % and modules opened are not read" >&2
+fi
+
 load_start=$(cut -d ' ' -f 1-3 /proc/loadavg)
 echo "kernel $(uname -r), $(nproc) CPUs; $ROUNDS rounds; load average $load_start" >&2
 for ((round = 1; round <= ROUNDS; round++)); do
-    for ((c = 0; c < $(nproc); c++)); do
-        sha256sum /dev/zero &
-        burners+=($!)
-    done
-    for config in hs-49 perf-49 hs-999 perf-999; do run_sampling "$round" "$config"; done
-    kill "${burners[@]}" 2>/dev/null || true
-    wait "${burners[@]}" 2>/dev/null || true
-    burners=()
-    for config in bare hs-sched hs-offcpu perf-sched-g; do run_storm "$round" "$config"; done
+    if part sampling; then
+        for ((c = 0; c < $(nproc); c++)); do
+            sha256sum /dev/zero &
+            burners+=($!)
+        done
+        for config in hs-49 perf-49 hs-999 perf-999; do run_sampling "$round" "$config"; done
+        kill "${burners[@]}" 2>/dev/null || true
+        wait "${burners[@]}" 2>/dev/null || true
+        burners=()
+    fi
+    if part storm; then
+        for config in bare hs-sched hs-offcpu perf-sched-g; do run_storm "$round" "$config"; done
+    fi
+    if part churn; then
+        for config in hs-churn perf-churn; do run_churn "$round" "$config"; done
+    fi
 done
 
 median() { # column N of config C
@@ -179,6 +267,7 @@ median() { # column N of config C
 tree=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo
 echo "Kernel $(uname -r), $(nproc) CPUs, perf $(perf version | awk '{ print $3 }'), hindsight at $tree; $ROUNDS interleaved rounds, medians; load average $load_start at the start, $(cut -d ' ' -f 1-3 /proc/loadavg) at the end."
+if part sampling; then
 echo
 echo "CPU sampling, every CPU busy (\`sha256sum /dev/zero\` per CPU), ${DURATION} s per run:"
 echo
@@ -190,6 +279,8 @@ for c in hs-49 perf-49 hs-999 perf-999; do
     n=$(median "$c" 5)
     echo "| $c | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", 1e6 * c / n; else print "-" }') |"
 done
+fi
+if part storm; then
 echo
 echo "Off-CPU stacks, context-switch storm (\`taskset -c 0 perf bench sched pipe -l $LOOPS\`):"
 echo
@@ -202,9 +293,30 @@ for c in bare hs-sched hs-offcpu perf-sched-g; do
     n=$(median "$c" 5)
     echo "| $c | $us | $(awk -v u="$us" -v b="$bare" 'BEGIN { printf "%.2f", (u - b) / 2 }') | $cpu | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", 1e6 * c / n; else print "-" }') |"
 done
+fi
+if part churn; then
+    cmedian() { # column N of config C in the churn results
+        awk -v c="$1" -v n="$2" '$2 == c && $n != "-" { print $n }' "$churn_results" | sort -g |
+            awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+    }
+    echo
+    echo "Stacks where processes come and go (a loop per CPU starting sha256sum, gzip, sort, awk and python3), ${DURATION} s per run, 49 Hz:"
+    echo
+    echo "| config | processes | samples | bytes on disk | bytes per sample | tool CPU s | % of one CPU | user frames named | modules opened |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for c in hs-churn perf-churn; do
+        n=$(cmedian "$c" 5)
+        b=$(cmedian "$c" 6)
+        cpu=$(cmedian "$c" 4)
+        secs=$(cmedian "$c" 3)
+        named=$(cmedian "$c" 8)
+        echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) |"
+    done
+fi
 echo
 echo "Raw results (one line per run):"
 echo
 echo '```'
 column -t "$results"
+if part churn; then column -t "$churn_results"; fi
 echo '```'
