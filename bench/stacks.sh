@@ -20,9 +20,10 @@
 #   hs-churn    hindsight-record --events cpu (the default 49 Hz)
 #   perf-churn  perf record -F 49 -a -g
 # Per run: samples, bytes on disk for them (hindsight: the cpu_sample,
-# stack and frame tables; perf: perf.data), processes started, and for
-# hindsight the share of those processes' user frames it named and the
-# modules it opened (`recorder/modules_opened`).
+# stack and frame tables; perf: perf.data), processes started, the share
+# of those processes' user frames named (hindsight's frame table; perf
+# script's symbols), and the modules hindsight opened
+# (`recorder/modules_opened`).
 #
 # All configurations run once per round, interleaved (round 1: all, round 2:
 # all, ...), so a noisy neighbour hits them alike; the summary takes medians.
@@ -194,7 +195,8 @@ churn() { # DURATION seconds; prints the processes started
 run_churn() {
     local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 started events bytes named=- opened=-
     case $config in
-    hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu ;;
+    # counters too: the recorder's own counters (modules_opened) are there.
+    hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu,counters ;;
     perf-churn) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
     esac
     t0=$(date +%s.%N)
@@ -220,6 +222,12 @@ run_churn() {
     perf-churn)
         events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')
         bytes=$(wc -c <"$out.data")
+        # The same share as hindsight's: user frames (not the kernel's) of
+        # those processes' samples that perf names.
+        named=$(perf script -i "$out.data" -F comm,ip,sym,dso 2>/dev/null | awk '
+            /^[^\t ]/ { comm = $1; next }
+            /^\t/ && comm ~ /^(sha256sum|gzip|sort|awk|python3)$/ && !/kernel\.kallsyms/ { n++; if (!/\[unknown\]/) named++ }
+            END { if (n) printf "%.2f", 100 * named / n; else print "-" }')
         ;;
     esac
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$config" \
@@ -317,6 +325,6 @@ echo
 echo "Raw results (one line per run):"
 echo
 echo '```'
-column -t "$results"
+if part sampling || part storm; then column -t "$results"; fi
 if part churn; then column -t "$churn_results"; fi
 echo '```'
