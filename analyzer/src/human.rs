@@ -221,6 +221,7 @@ impl Table {
         let Some(available) = layout.width else {
             return widths;
         };
+        let natural = widths.clone();
         let total = |w: &[Option<usize>]| {
             let shown: Vec<usize> = w.iter().flatten().copied().collect();
             self.indent + shown.iter().sum::<usize>() + GAP * shown.len().saturating_sub(1)
@@ -245,6 +246,13 @@ impl Table {
             }
             if self.columns[i].optional {
                 widths[i] = None;
+            }
+        }
+        // What leaving columns out freed goes back to the names cut before.
+        for i in 0..widths.len() {
+            let slack = available.saturating_sub(total(&widths));
+            if let (Some(w), Some(full)) = (widths[i].as_mut(), natural[i]) {
+                *w += slack.min(full - *w);
             }
         }
         widths
