@@ -22,8 +22,9 @@
 # Per run: samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
 # of those processes' user frames named (hindsight's frame table; perf
-# script's symbols), and the modules hindsight opened
-# (`recorder/modules_opened`).
+# script's symbols), the modules hindsight opened
+# (`recorder/modules_opened`) and the longest its event loop left the rings
+# undrained (`recorder/longest_busy_us`, the run's worst).
 #
 # All configurations run once per round, interleaved (round 1: all, round 2:
 # all, ...), so a noisy neighbour hits them alike; the summary takes medians.
@@ -193,7 +194,7 @@ churn() { # DURATION seconds; prints the processes started
 }
 
 run_churn() {
-    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 started events bytes named=- opened=-
+    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 started events bytes named=- opened=- busy=-
     case $config in
     # counters too: the recorder's own counters (modules_opened) are there.
     hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu,counters ;;
@@ -217,6 +218,8 @@ run_churn() {
                    AND CAST(s.comm AS VARCHAR) IN ('sha256sum', 'gzip', 'sort', 'awk', 'python3')" | tail -1)
             opened=$("$root/target/release/hindsight" sql "$out" -f csv \
                 "SELECT max(value) FROM counter WHERE source = 'recorder' AND name = 'modules_opened'" | tail -1)
+            busy=$("$root/target/release/hindsight" sql "$out" -f csv \
+                "SELECT round(max(value) / 1000.0, 1) FROM counter WHERE source = 'recorder' AND name = 'longest_busy_us'" | tail -1)
         fi
         ;;
     perf-churn)
@@ -230,17 +233,17 @@ run_churn() {
             END { if (n) printf "%.2f", 100 * named / n; else print "-" }')
         ;;
     esac
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$config" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$config" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" \
-        "${events:-0}" "$bytes" "$started" "$named" "$opened" >>"$churn_results"
-    echo "  $r $config events=${events:-0} bytes=$bytes started=$started named=$named% opened=$opened" >&2
+        "${events:-0}" "$bytes" "$started" "$named" "$opened" "${busy:--}" >>"$churn_results"
+    echo "  $r $config events=${events:-0} bytes=$bytes started=$started named=$named% opened=$opened longest_busy_ms=$busy" >&2
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
 part() { [[ ,$PARTS, == *,$1,* ]]; }
 churn_results=$tmp/churn.tsv
-printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pct\tmodules_opened\n' >"$churn_results"
+printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pct\tmodules_opened\tlongest_busy_ms\n' >"$churn_results"
 if part churn; then
     head -c $((4 << 20)) /dev/urandom >"$blob"
     seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
@@ -310,15 +313,15 @@ if part churn; then
     echo
     echo "Stacks where processes come and go (a loop per CPU starting sha256sum, gzip, sort, awk and python3), ${DURATION} s per run, 49 Hz:"
     echo
-    echo "| config | processes | samples | bytes on disk | bytes per sample | tool CPU s | % of one CPU | user frames named | modules opened |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| config | processes | samples | bytes on disk | bytes per sample | tool CPU s | % of one CPU | user frames named | modules opened | longest undrained ms |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for c in hs-churn perf-churn; do
         n=$(cmedian "$c" 5)
         b=$(cmedian "$c" 6)
         cpu=$(cmedian "$c" 4)
         secs=$(cmedian "$c" 3)
         named=$(cmedian "$c" 8)
-        echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) |"
+        echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) | $(cmedian "$c" 10) |"
     done
 fi
 echo

@@ -106,6 +106,9 @@ struct Collector {
     decode_errors: u64,
     /// Present when stacks are recorded (`cpu` group or `--off-cpu-stacks`).
     stacks: Option<StackInterner>,
+    /// The loop's longest stretch between two waits for the rings since the
+    /// last counter round: while it lasts nothing drains them.
+    longest_busy: Duration,
     /// The symbolizer's own counts, recorded as `recorder` counters:
     /// perf maps it refused to read, modules it opened.
     symbolizer_counts: Vec<(&'static str, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
@@ -532,18 +535,22 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
 
 /// Waits up to `timeout` for the rings (they wake us when a quarter full),
 /// then drains at most [`DRAIN_BUDGET`] records. Returns the records
-/// drained, or a negative errno (`-EINTR` when a signal came).
-fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> i32 {
+/// drained, or a negative errno (`-EINTR` when a signal came), and when the
+/// wait ended: from then until the next wait the loop is busy, and the
+/// rings fill without being read.
+fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> (i32, Instant) {
     // SAFETY: epoll_wait writes at most one event into the one we own.
     let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
     let ready =
         unsafe { libc::epoll_wait(ring.epoll_fd(), &mut event, 1, timeout.as_millis() as i32) };
+    let woke = Instant::now();
     if ready < 0 {
-        return -std::io::Error::last_os_error()
+        let errno = std::io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::EIO);
+        return (-errno, woke);
     }
-    ring.consume_raw_n(DRAIN_BUDGET)
+    (ring.consume_raw_n(DRAIN_BUDGET), woke)
 }
 
 /// Timer rounds that fell due but were skipped because the loop came back
@@ -604,6 +611,11 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
         ("bytes_written", c.bytes_written() as i64),
         ("lost", lost_total as i64),
         ("writer_wait_us", c.writer.waited().as_micros() as i64),
+        // A gauge: the longest the rings went undrained since the last round.
+        (
+            "longest_busy_us",
+            std::mem::take(&mut c.longest_busy).as_micros() as i64,
+        ),
     ];
     for (name, value) in values {
         c.rows.counter.push(ts, "recorder", name, None, value);
@@ -877,6 +889,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         stacks: symbolizer
             .as_ref()
             .map(|s| StackInterner::new(std::path::Path::new("/proc"), s.requests.clone())),
+        longest_busy: Duration::ZERO,
         symbolizer_counts: symbolizer
             .as_ref()
             .map(|s| {
@@ -1000,7 +1013,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     // The chunk whose close the writer is working on, if any.
     let mut closing: Option<String> = None;
 
+    // When the last wait for the rings ended: the loop's busy stretch
+    // runs from then to its next wait.
+    let mut busy_since: Option<Instant> = None;
     loop {
+        if let Some(woke) = busy_since.take() {
+            let mut c = collector.borrow_mut();
+            c.longest_busy = c.longest_busy.max(woke.elapsed());
+        }
         // The BPF side wakes us only when the ring fills up; otherwise the
         // poll times out and we drain what accumulated.
         // Nothing streams in: sleep until the next timer, which at the
@@ -1035,7 +1055,8 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 } else {
                     until_wake()
                 };
-                let polled = wait_and_drain(ring, timeout);
+                let (polled, woke) = wait_and_drain(ring, timeout);
+                busy_since = Some(woke);
                 backlog = polled >= DRAIN_BUDGET as i32;
                 polled
             }
