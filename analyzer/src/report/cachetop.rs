@@ -17,7 +17,6 @@ use anyhow::Result;
 use super::screen;
 use super::{select_list, ColumnDef, Env};
 use crate::human::{self, Layout, Table};
-use crate::output;
 
 /// The result's columns, after `host` with several recordings.
 pub const COLUMNS: &[ColumnDef] = &[
@@ -99,19 +98,19 @@ pub fn write_table(
     layout: &Layout,
     out: &mut impl Write,
 ) -> Result<()> {
-    let rows = output::json_rows(batches)?;
-    if rows.is_empty() {
-        writeln!(
-            out,
-            "no page-cache activity in the range (is the cache group recorded?)"
-        )?;
+    let Some(rows) = screen::rows_or_say(
+        batches,
+        "no page-cache activity in the range (is the cache group recorded?)",
+        out,
+    )?
+    else {
         return Ok(());
-    }
+    };
     let legend = "In pages, per interval. HITS: pages looked up that were cached (looked up minus added); \
          MISSES: pages added to the cache; DIRTIES: pages dirtied. READ_HIT%: hits of the pages looked up. \
          WRITE_HIT%: dirtied pages that were already cached, estimated as those beyond the pages added \
          that no lookup explains.";
-    writeln!(out, "{}\n", human::wrap(legend, layout))?;
+    screen::legend(legend, layout, out)?;
     for block in screen::intervals(&rows) {
         screen::interval_heading(
             &block[0],

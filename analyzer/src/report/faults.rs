@@ -18,7 +18,6 @@ use anyhow::Result;
 use super::screen;
 use super::{select_list, task_deltas, ColumnDef, Env};
 use crate::human::{self, Column, Layout, Table};
-use crate::output;
 
 /// The result's columns, after `host` with several recordings.
 pub const COLUMNS: &[ColumnDef] = &[
@@ -190,14 +189,14 @@ pub fn write_table(
     layout: &Layout,
     out: &mut impl Write,
 ) -> Result<()> {
-    let rows = output::json_rows(batches)?;
-    if rows.is_empty() {
-        writeln!(
-            out,
-            "no page faults in the range (is the faults group or the tasks group recorded?)"
-        )?;
+    let Some(rows) = screen::rows_or_say(
+        batches,
+        "no page faults in the range (is the faults group or the tasks group recorded?)",
+        out,
+    )?
+    else {
         return Ok(());
-    }
+    };
     let estimated = |r: &screen::Row| {
         matches!(
             (screen::int(r, "recorded"), screen::int(r, "faults")),
@@ -225,7 +224,7 @@ pub fn write_table(
          faults group was not recorded: no kinds, no addresses)."
             .to_owned()
     };
-    writeln!(out, "{}\n", human::wrap(&legend, layout))?;
+    screen::legend(&legend, layout, out)?;
     type Cell = fn(&screen::Row) -> String;
     type Field = (Column, Box<dyn Fn(&screen::Row) -> String>);
     let rate = |column: &'static str| move |r: &screen::Row| human::rate(screen::num(r, column));

@@ -18,7 +18,6 @@ use anyhow::Result;
 use super::screen::{self, Row};
 use super::{counter_deltas, select_list, ColumnDef, Env};
 use crate::human::{self, Layout, Table};
-use crate::output;
 
 /// The result's columns, after `host` with several recordings.
 pub const COLUMNS: &[ColumnDef] = &[
@@ -185,18 +184,18 @@ pub fn write_table(
     layout: &Layout,
     out: &mut impl Write,
 ) -> Result<()> {
-    let rows = output::json_rows(batches)?;
-    if rows.is_empty() {
-        writeln!(
-            out,
-            "no NUMA activity in the range (is the numa group recorded? without NUMA balancing, only allocations per node change)"
-        )?;
+    let Some(rows) = screen::rows_or_say(
+        batches,
+        "no NUMA activity in the range (is the numa group recorded? without NUMA balancing, only allocations per node change)",
+        out,
+    )?
+    else {
         return Ok(());
-    }
+    };
     let legend = "Counts in each interval. Per node, numastat's counters (pages allocated). Pages migrated: by \
          migrate_pages, per process and reason. Tasks moved: the scheduler's NUMA placement (move_numa \
          moved a task to a node, swap_numa exchanged two, stick_numa could not move one).";
-    writeln!(out, "{}\n", human::wrap(legend, layout))?;
+    screen::legend(legend, layout, out)?;
     for block in screen::intervals(&rows) {
         screen::interval_heading(
             &block[0],

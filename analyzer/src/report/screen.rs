@@ -8,7 +8,8 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::{Map, Value};
 
-use crate::human::Layout;
+use crate::human::{self, Layout};
+use crate::output;
 
 /// One result row, by column name (from [`crate::output::json_rows`]).
 pub type Row = Map<String, Value>;
@@ -76,5 +77,26 @@ pub fn interval_heading(
     } else {
         writeln!(out, "{}", layout.heading(&text))?;
     }
+    Ok(())
+}
+
+/// The result's rows, or `None` after saying `nothing` (what was not found,
+/// and why it may not have been) when there are none.
+pub fn rows_or_say(
+    batches: &[arrow::array::RecordBatch],
+    nothing: &str,
+    out: &mut impl Write,
+) -> Result<Option<Vec<Row>>> {
+    let rows = output::json_rows(batches)?;
+    if rows.is_empty() {
+        writeln!(out, "{nothing}")?;
+        return Ok(None);
+    }
+    Ok(Some(rows))
+}
+
+/// A report's legend: what its columns mean, wrapped, then a blank line.
+pub fn legend(text: &str, layout: &Layout, out: &mut impl Write) -> Result<()> {
+    writeln!(out, "{}\n", human::wrap(text, layout))?;
     Ok(())
 }
