@@ -367,16 +367,22 @@ impl StackInterner {
         if let Some(id) = self.build_ids.get(path) {
             return id.clone();
         }
-        let id = blazesym::helper::read_elf_build_id(Path::new(path))
-            .ok()
-            .flatten()
-            .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let id = read_build_id(Path::new(path));
         if self.build_ids.len() >= MAX_BUILD_IDS {
             self.build_ids.clear();
         }
         self.build_ids.insert(path.to_string(), id.clone());
         id
     }
+}
+
+/// The GNU build id of the ELF file at `path`, in hex; `None` when it has
+/// none or cannot be read.
+pub fn read_build_id(path: &Path) -> Option<String> {
+    blazesym::helper::read_elf_build_id(path)
+        .ok()
+        .flatten()
+        .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

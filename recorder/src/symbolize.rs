@@ -398,6 +398,10 @@ struct Modules {
     open: HashSet<String>,
     /// Per module path: how its frames are named.
     namings: HashMap<String, ModuleFacts>,
+    /// Per build id, the path its module was opened by: the same binary
+    /// run in other containers (seen through each one's `/proc/<pid>/root`,
+    /// another path each time) is the same file, named from the one open.
+    by_build_id: HashMap<String, String>,
     last_user_frame: Instant,
     /// The recorder's resident bytes just after the last release.
     resident_at_release: u64,
@@ -418,13 +422,28 @@ impl Modules {
             symbolizer: new_symbolizer(),
             open: HashSet::new(),
             namings: HashMap::new(),
+            by_build_id: HashMap::new(),
             last_user_frame: Instant::now(),
             resident_at_release: resident().unwrap_or(0),
         }
     }
 
-    /// Names the frame at `offset` in the ELF file `path`.
-    fn name(&mut self, path: &str, offset: u64, row: &mut FrameRow) {
+    /// Names the frame at `offset` in the ELF file `path`, whose build id
+    /// is `build_id` when it has one.
+    fn name(&mut self, path: &str, build_id: Option<&str>, offset: u64, row: &mut FrameRow) {
+        let path = match build_id.and_then(|id| self.by_build_id.get(id)) {
+            Some(open) if self.open.contains(open) => open.clone(),
+            _ => {
+                if let Some(id) = build_id {
+                    if self.by_build_id.len() >= MAX_REMEMBERED_MODULES {
+                        self.by_build_id.clear();
+                    }
+                    self.by_build_id.insert(id.to_owned(), path.to_owned());
+                }
+                path.to_owned()
+            }
+        };
+        let path = path.as_str();
         if !self.open.contains(path) {
             if self.open.len() >= MAX_OPEN_MODULES || self.over_budget() {
                 self.release();
@@ -449,6 +468,12 @@ impl Modules {
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
         self.last_user_frame = Instant::now();
+    }
+
+    /// Stops naming from `path`: it could not be read (a gone process's root).
+    fn forget(&mut self, path: &str) {
+        self.open.remove(path);
+        self.by_build_id.retain(|_, open| open != path);
     }
 
     fn over_budget(&self) -> bool {
@@ -490,6 +515,23 @@ fn new_symbolizer() -> Symbolizer {
         .build()
 }
 
+/// Where to read a module from: through the process's own root while it
+/// lives (`open_path`, a container's file); once the process is gone, and
+/// its root with it, from the file at the same path here when its build id
+/// says it is the same binary (a short-lived process in a mount namespace
+/// of its own over the same files); else the path as it was.
+fn module_file(open_path: Option<&str>, module: &str, build_id: Option<&str>) -> String {
+    match open_path {
+        None => module.to_owned(),
+        Some(open) if Path::new(open).exists() => open.to_owned(),
+        Some(open) => {
+            let here = build_id.is_some()
+                && crate::stacks::read_build_id(Path::new(module)).as_deref() == build_id;
+            if here { module } else { open }.to_owned()
+        }
+    }
+}
+
 fn run(
     queue: Receiver<FrameRow>,
     named: Sender<FrameRow>,
@@ -524,8 +566,18 @@ fn run(
                 row.module = Some("[kernel]".into());
             }
         } else if let (Some(module), Some(offset)) = (row.module.clone(), row.file_offset) {
-            let file = row.open_path.clone().unwrap_or(module);
-            modules.name(&file, offset, &mut row);
+            let build_id = row.build_id.clone();
+            let file = module_file(row.open_path.as_deref(), &module, build_id.as_deref());
+            modules.name(&file, build_id.as_deref(), offset, &mut row);
+            if row.function.is_none() && file != module && !Path::new(&file).exists() {
+                // The process went, and its root with it, between the check
+                // and the read: that path names nothing any more.
+                modules.forget(&file);
+                let here = module_file(Some(&file), &module, build_id.as_deref());
+                if here != file {
+                    modules.name(&here, build_id.as_deref(), offset, &mut row);
+                }
+            }
         } else if row.module.is_none() {
             row.function = perf_maps.lookup(row.pid, row.address);
         }
@@ -661,6 +713,41 @@ mod tests {
     /// process allocate and free at the same time.
     static FAKE_RESIDENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+    #[test]
+    fn one_binary_under_two_paths_is_opened_once() {
+        let address = one_binary_under_two_paths_is_opened_once as *const () as u64;
+        let mut first = own_frame(address);
+        let path = first.module.clone().unwrap();
+        let offset = first.file_offset.unwrap();
+        // The same file as a process in another mount namespace shows it.
+        let other = format!("/proc/self/root{path}");
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        modules.name(&path, Some("b1d"), offset, &mut first);
+        let mut again = own_frame(address);
+        modules.name(&other, Some("b1d"), offset, &mut again);
+        assert!(first.function.is_some());
+        assert_eq!(again.function, first.function);
+        assert_eq!(modules.opened.load(Ordering::Relaxed), 1);
+        // Without a build id, another path is another module.
+        modules.name(&other, None, offset, &mut own_frame(address));
+        assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_gone_processs_module_is_read_here_only_when_its_build_id_matches() {
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let id = crate::stacks::read_build_id(Path::new(exe));
+        let gone = "/proc/4194304000/root/usr/bin/gone";
+        assert_eq!(module_file(None, exe, None), exe);
+        let alive = format!("/proc/self/root{exe}");
+        assert_eq!(module_file(Some(&alive), exe, id.as_deref()), alive);
+        assert!(id.is_some(), "the test binary has a build id (Debian's linker adds one)");
+        assert_eq!(module_file(Some(gone), exe, id.as_deref()), exe);
+        assert_eq!(module_file(Some(gone), exe, Some("00")), gone);
+        assert_eq!(module_file(Some(gone), exe, None), gone);
+    }
+
     fn fake_resident() -> Option<u64> {
         Some(FAKE_RESIDENT.load(std::sync::atomic::Ordering::Relaxed))
     }
@@ -674,7 +761,7 @@ mod tests {
         let grow = |bytes| FAKE_RESIDENT.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
 
         let mut modules = Modules::new(MODULE_MEMORY_BUDGET, fake_resident);
-        modules.name(&path, offset, &mut row);
+        modules.name(&path, None, offset, &mut row);
         assert!(row.function.is_some());
         // Within budget and just used: kept open for the next burst.
         grow(MODULE_MEMORY_BUDGET);
@@ -685,7 +772,7 @@ mod tests {
         modules.release_between_bursts();
         assert!(modules.open.is_empty());
         // ...and the budget counts again from there.
-        modules.name(&path, offset, &mut own_frame(address));
+        modules.name(&path, None, offset, &mut own_frame(address));
         grow(MODULE_MEMORY_BUDGET);
         modules.release_between_bursts();
         assert_eq!(modules.open.len(), 1);

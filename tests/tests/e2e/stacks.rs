@@ -415,16 +415,14 @@ fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
     );
 }
 
-/// A burst of short-lived processes of one binary (a build host's
-/// compiler, a CI runner's test binaries): the binary is opened and parsed
-/// once, not once a process, its frames are one set of rows for them all,
-/// and every sample in it is named though each process is gone in a blink.
-#[test]
-fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
-    const RUNS: usize = 60;
-    // Alone: the count of modules opened is the whole machine's, and other
-    // tests' (or a build's) binaries sampled meanwhile make it hundreds.
-    let _machine = quiet();
+/// Runs `runs` short processes of the frame-pointer workload, each as
+/// `wrap` starts it (nothing, or `unshare` into its own mount namespace),
+/// under a recorder sampling at [`FREQUENCY`]; then checks that every frame
+/// in the binary in their samples is named, that each code address has one
+/// frame row, and that the recorder opened fewer modules than half the
+/// runs (one parse a process would be at least `runs`). Returns the
+/// modules opened.
+fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
     let scratch = Scratch::new();
     let exe = build_workload(scratch.dir.path());
     let rec = scratch.rec();
@@ -434,8 +432,16 @@ fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
         &["--events", "cpu,counters", "--frequency", &frequency],
     );
     let mut pids = Vec::new();
-    for _ in 0..RUNS {
-        let out = run(Command::new(&exe).args(["--burn-ms", "40", "--naps", "0"]));
+    for _ in 0..runs {
+        let mut command = match wrap {
+            [] => Command::new(&exe),
+            [first, rest @ ..] => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&exe);
+                c
+            }
+        };
+        let out = run(command.args(["--burn-ms", "40", "--naps", "0"]));
         assert!(
             out.status.success(),
             "{}",
@@ -461,19 +467,19 @@ fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
     );
     let get = |c: &str| frames[0][c].as_i64().unwrap();
     eprintln!(
-        "{RUNS} runs: {} frames in the binary in samples of {} processes, {} named; {} burning",
+        "{runs} runs {wrap:?}: {} frames in the binary in samples of {} processes, {} named; {} burning",
         get("frames"),
         get("processes"),
         get("named"),
         get("burning")
     );
-    assert!(get("processes") >= RUNS as i64 / 2, "{frames:?}");
+    assert!(get("processes") >= runs as i64 / 2, "{frames:?}");
     assert_eq!(
         get("named"),
         get("frames"),
         "every frame in the binary named: {frames:?}"
     );
-    assert!(get("burning") >= RUNS as i64 / 2, "{frames:?}");
+    assert!(get("burning") >= runs as i64 / 2, "{frames:?}");
     // One frame row per code address, whichever process ran it.
     let rows = sql(
         &rec,
@@ -484,25 +490,23 @@ fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
     );
     assert_eq!(rows[0]["n"], rows[0]["ids"], "{rows:?}");
     assert_eq!(rows[0]["ids"], rows[0]["addresses"], "{rows:?}");
-    // The recorder's own count of modules it opened over the whole run is a
-    // few (the binary, libc, the loader, and whatever else was sampled),
-    // not one a process.
+    // The recorder's own count of modules it opened over the whole run:
+    // opened again only where the symbolizer let go of modules (more than
+    // 8 at once, idle, over its memory budget) and one came back, a few
+    // times each module named in (14 for 6 when measured), whatever the
+    // number of processes.
     let opened = sql(
         &rec,
         "SELECT max(value) AS n FROM counter WHERE source = 'recorder' AND name = 'modules_opened'",
     )[0]["n"]
         .as_i64()
         .unwrap();
-    // Opened again only where the symbolizer let go of modules (more than
-    // 8 at once, idle, over its memory budget) and one came back: 14 times
-    // for the 6 modules named in, when measured, whatever the number of
-    // processes. One parse a process would be at least RUNS.
     let modules = sql_count(
         &rec,
         "SELECT count(DISTINCT module) AS n FROM frame WHERE CAST(kind AS VARCHAR) = 'user' AND module IS NOT NULL",
     );
     // How long the event loop left the rings undrained at worst, naming
-    // and reading the memory maps of 60 new processes: reported here, and
+    // and reading the memory maps of the new processes: reported here, and
     // by bench/stacks.sh beside perf.
     let busy_ms = sql(
         &rec,
@@ -516,7 +520,30 @@ fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
     assert!(busy_ms[0]["rounds"].as_i64() > Some(2), "{busy_ms:?}");
     assert!(busy_ms[0]["ms"].as_f64() > Some(0.0), "{busy_ms:?}");
     assert!(
-        opened < RUNS as i64 / 2,
-        "{opened} modules opened for {RUNS} processes of one binary ({modules} modules named in)"
+        opened < runs as i64 / 2,
+        "{opened} modules opened for {runs} processes of one binary ({modules} modules named in)"
     );
+    opened
+}
+
+/// A burst of short-lived processes of one binary (a build host's
+/// compiler, a CI runner's test binaries): the binary is opened and parsed
+/// once, not once a process, its frames are one set of rows for them all,
+/// and every sample in it is named though each process is gone in a blink.
+#[test]
+fn short_lived_processes_of_one_binary_are_named_from_one_parse() {
+    // Alone: the count of modules opened is the whole machine's, and other
+    // tests' (or a build's) binaries sampled meanwhile make it hundreds.
+    let _machine = quiet();
+    short_processes_of_one_binary(60, &[]);
+}
+
+/// The same binary in many containers: each process in a mount namespace
+/// of its own, whose files the recorder reads through its
+/// `/proc/<pid>/root`, a path of its own. Known by its build id, the binary
+/// (and libc, and the loader) is opened once, not once a container.
+#[test]
+fn one_binary_in_many_mount_namespaces_is_opened_once() {
+    let _machine = quiet();
+    short_processes_of_one_binary(30, &["unshare", "--mount", "--propagation", "private"]);
 }
