@@ -742,7 +742,10 @@ mod tests {
         assert_eq!(module_file(None, exe, None), exe);
         let alive = format!("/proc/self/root{exe}");
         assert_eq!(module_file(Some(&alive), exe, id.as_deref()), alive);
-        assert!(id.is_some(), "the test binary has a build id (Debian's linker adds one)");
+        assert!(
+            id.is_some(),
+            "the test binary has a build id (Debian's linker adds one)"
+        );
         assert_eq!(module_file(Some(gone), exe, id.as_deref()), exe);
         assert_eq!(module_file(Some(gone), exe, Some("00")), gone);
         assert_eq!(module_file(Some(gone), exe, None), gone);
