@@ -352,6 +352,16 @@ impl StackInterner {
             .unwrap_or_default();
         let found = find_mapping(&maps, address).cloned();
         let root = self.foreign_root(pid);
+        if let Some(root) = &root {
+            // A container's files are read through its root, which goes
+            // with the process: their build ids are read now, while it
+            // lives, for the samples of it still in the ring.
+            for path in maps.iter().filter_map(|m| m.path.as_deref()) {
+                if !path.starts_with('[') {
+                    self.build_id_of(&format!("{root}{path}"));
+                }
+            }
+        }
         self.processes.insert(
             pid,
             ProcessMaps {

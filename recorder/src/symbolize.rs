@@ -432,7 +432,8 @@ impl Modules {
     /// is `build_id` when it has one.
     fn name(&mut self, path: &str, build_id: Option<&str>, offset: u64, row: &mut FrameRow) {
         let path = match build_id.and_then(|id| self.by_build_id.get(id)) {
-            Some(open) if self.open.contains(open) => open.clone(),
+            // Open, and still there: a gone process's root is not.
+            Some(open) if self.open.contains(open) && Path::new(open).exists() => open.clone(),
             _ => {
                 if let Some(id) = build_id {
                     if self.by_build_id.len() >= MAX_REMEMBERED_MODULES {
@@ -468,12 +469,6 @@ impl Modules {
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
         self.last_user_frame = Instant::now();
-    }
-
-    /// Stops naming from `path`: it could not be read (a gone process's root).
-    fn forget(&mut self, path: &str) {
-        self.open.remove(path);
-        self.by_build_id.retain(|_, open| open != path);
     }
 
     fn over_budget(&self) -> bool {
@@ -515,20 +510,24 @@ fn new_symbolizer() -> Symbolizer {
         .build()
 }
 
-/// Where to read a module from: through the process's own root while it
-/// lives (`open_path`, a container's file); once the process is gone, and
-/// its root with it, from the file at the same path here when its build id
-/// says it is the same binary (a short-lived process in a mount namespace
-/// of its own over the same files); else the path as it was.
-fn module_file(open_path: Option<&str>, module: &str, build_id: Option<&str>) -> String {
+/// Where to read a module from. A process in another mount namespace has
+/// its files read through its own root (`open_path`), which goes when the
+/// process goes and is another path for every process. So the file at the
+/// same path here is read instead when its build id (`host_id`) is the one
+/// recorded: the same binary, one path for every process that runs it, and
+/// there after they are gone. A container's own file, another binary, is
+/// read through its root.
+fn module_file(
+    open_path: Option<&str>,
+    module: &str,
+    build_id: Option<&str>,
+    host_id: impl FnOnce(&str) -> Option<String>,
+) -> String {
     match open_path {
-        None => module.to_owned(),
-        Some(open) if Path::new(open).exists() => open.to_owned(),
-        Some(open) => {
-            let here = build_id.is_some()
-                && crate::stacks::read_build_id(Path::new(module)).as_deref() == build_id;
-            if here { module } else { open }.to_owned()
+        Some(open) if build_id.is_none() || host_id(module).as_deref() != build_id => {
+            open.to_owned()
         }
+        _ => module.to_owned(),
     }
 }
 
@@ -544,6 +543,8 @@ fn run(
     return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     modules.opened = opened;
+    // Build ids of the files here that containers' modules may be read from.
+    let mut host_ids: HashMap<String, Option<String>> = HashMap::new();
     loop {
         let received = match queue.try_recv() {
             Ok(row) => Ok(row),
@@ -567,17 +568,21 @@ fn run(
             }
         } else if let (Some(module), Some(offset)) = (row.module.clone(), row.file_offset) {
             let build_id = row.build_id.clone();
-            let file = module_file(row.open_path.as_deref(), &module, build_id.as_deref());
+            let file = module_file(
+                row.open_path.as_deref(),
+                &module,
+                build_id.as_deref(),
+                |path| {
+                    if host_ids.len() >= MAX_REMEMBERED_MODULES {
+                        host_ids.clear();
+                    }
+                    host_ids
+                        .entry(path.to_owned())
+                        .or_insert_with(|| crate::stacks::read_build_id(Path::new(path)))
+                        .clone()
+                },
+            );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
-            if row.function.is_none() && file != module && !Path::new(&file).exists() {
-                // The process went, and its root with it, between the check
-                // and the read: that path names nothing any more.
-                modules.forget(&file);
-                let here = module_file(Some(&file), &module, build_id.as_deref());
-                if here != file {
-                    modules.name(&here, build_id.as_deref(), offset, &mut row);
-                }
-            }
         } else if row.module.is_none() {
             row.function = perf_maps.lookup(row.pid, row.address);
         }
@@ -734,21 +739,33 @@ mod tests {
     }
 
     #[test]
-    fn a_gone_processs_module_is_read_here_only_when_its_build_id_matches() {
+    fn a_containers_module_is_read_here_only_when_its_build_id_matches() {
         let exe = std::env::current_exe().unwrap();
         let exe = exe.to_str().unwrap();
         let id = crate::stacks::read_build_id(Path::new(exe));
-        let gone = "/proc/4194304000/root/usr/bin/gone";
-        assert_eq!(module_file(None, exe, None), exe);
-        let alive = format!("/proc/self/root{exe}");
-        assert_eq!(module_file(Some(&alive), exe, id.as_deref()), alive);
         assert!(
             id.is_some(),
             "the test binary has a build id (Debian's linker adds one)"
         );
-        assert_eq!(module_file(Some(gone), exe, id.as_deref()), exe);
-        assert_eq!(module_file(Some(gone), exe, Some("00")), gone);
-        assert_eq!(module_file(Some(gone), exe, None), gone);
+        let host_id = |path: &str| crate::stacks::read_build_id(Path::new(path));
+        let through_root = format!("/proc/4194304000/root{exe}");
+        // Not a container's: its path.
+        assert_eq!(module_file(None, exe, id.as_deref(), host_id), exe);
+        // The same binary as here, by build id: the file here.
+        assert_eq!(
+            module_file(Some(&through_root), exe, id.as_deref(), host_id),
+            exe
+        );
+        // Another binary at the same path, or one whose build id is not
+        // known: through the container's root.
+        assert_eq!(
+            module_file(Some(&through_root), exe, Some("00"), host_id),
+            through_root
+        );
+        assert_eq!(
+            module_file(Some(&through_root), exe, None, host_id),
+            through_root
+        );
     }
 
     fn fake_resident() -> Option<u64> {
