@@ -118,8 +118,8 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
     assert!(log.contains("events lost (see the loss table)"), "{log}");
 
     // The recording's account of the recorder itself agrees with /proc: its
-    // resident memory, read once a second, never above the kernel's peak
-    // (as of when that was read); the time its writer held the event loop
+    // resident memory, read once a second, of the kernel's peak's size and
+    // within the bound; the time its writer held the event loop
     // up, a running total that never falls and fits in the time recorded.
     let own = sql(
         &rec,
@@ -148,10 +148,18 @@ fn a_switch_storm_is_dropped_and_counted_within_a_bounded_memory() {
         rss["n"].as_i64().unwrap() + late >= seconds,
         "{rss:?}: {late} late rounds over {seconds} s"
     );
-    let rss_kb = rss["until_peak_read"].as_i64().unwrap();
+    // Its readings stay under the stated bound, as the kernel's peak does,
+    // and the highest is of the kernel's peak's size: a reading in the
+    // wrong unit, or of another process, is far off. Not compared more
+    // closely: VmHWM misses what the recorder hands back with madvise
+    // (malloc_trim) before the kernel next raises its high-water mark, on
+    // unmap or exit (fresh-clone run #38: a reading 32 kB above it), and a
+    // reading once a second misses the storm's first second of growth
+    // (32,484 kB read an instant before a peak of 50,972 kB).
+    let highest = rss["highest"].as_i64().unwrap() as u64;
     assert!(
-        rss_kb > 0 && rss_kb as u64 <= peak_kb,
-        "rss_kb {rss_kb} vs VmHWM {peak_kb} kB"
+        highest <= RSS_BOUND_KB && 2 * highest >= peak_kb,
+        "the recorder's highest rss_kb {highest} vs VmHWM {peak_kb} kB and the bound {RSS_BOUND_KB} kB"
     );
     assert_eq!(wait["falls"], 0, "{wait:?}");
     let waited_us = wait["highest"].as_i64().unwrap();
