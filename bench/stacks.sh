@@ -4,10 +4,12 @@
 # Part 1, CPU sampling on a busy machine: one CPU burner per CPU (`sha256sum
 # /dev/zero`, so every CPU is 100 % busy and every sample has a stack), for
 # DURATION seconds per run, under:
-#   hs-49     hindsight-record --events cpu --frequency 49
-#   hs-999    hindsight-record --events cpu --frequency 999
+#   hs-49     hindsight-record --events cpu --frequency 49 (--unwind dwarf, the default)
+#   hs-49-fp  the same with --unwind fp (frame pointers only)
+#   hs-999, hs-999-fp  the same at 999 Hz
 #   perf-49   perf record -F 49 -a -g
-#   perf-999  perf record -F 999 -a -g
+#   perf-49-dwarf  perf record -F 49 -a --call-graph dwarf
+#   perf-999, perf-999-dwarf  the same at 999 Hz
 # Part 2, off-CPU stacks on a context-switch storm: `perf bench sched pipe -l
 # LOOPS` pinned to CPU 0 (two real switches per op), under:
 #   hs-sched     hindsight-record --events sched (switches without stacks)
@@ -120,6 +122,7 @@ stop_tool() {
     tool_pid=
 }
 
+SAMPLING_CONFIGS='hs-49 hs-49-fp perf-49 perf-49-dwarf hs-999 hs-999-fp perf-999 perf-999-dwarf'
 printf '#round\tconfig\tseconds\ttool_cpu_s\tevents\tusecs_op\n' >"$results"
 record() {
     local line
@@ -131,10 +134,14 @@ record() {
 # Part 1: sampling a busy machine for DURATION seconds.
 run_sampling() {
     local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 events
+    local hz=${config#*-} unwind=dwarf graph=-g
+    hz=${hz%%-*}
+    [[ $config == *-fp ]] && unwind=fp
+    [[ $config == *-dwarf ]] && graph='--call-graph=dwarf'
     case $config in
     hs-*) start_tool "$out.err" '^hindsight-record: recording ' \
-        "$recorder" --output "$out" --events cpu --frequency "${config#hs-}" ;;
-    perf-*) start_tool "$out.err" '' perf record -F "${config#perf-}" -a -g -o "$out.data" ;;
+        "$recorder" --output "$out" --events cpu --frequency "$hz" --unwind "$unwind" ;;
+    perf-*) start_tool "$out.err" '' perf record -F "$hz" -a "$graph" -o "$out.data" ;;
     esac
     t0=$(date +%s.%N)
     c0=$(cpu_seconds "$tool_pid")
@@ -258,7 +265,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
             sha256sum /dev/zero &
             burners+=($!)
         done
-        for config in hs-49 perf-49 hs-999 perf-999; do run_sampling "$round" "$config"; done
+        for config in $SAMPLING_CONFIGS; do run_sampling "$round" "$config"; done
         kill "${burners[@]}" 2>/dev/null || true
         wait "${burners[@]}" 2>/dev/null || true
         burners=()
@@ -284,7 +291,7 @@ echo "CPU sampling, every CPU busy (\`sha256sum /dev/zero\` per CPU), ${DURATION
 echo
 echo "| config | tool CPU s | % of one CPU | samples | tool CPU µs per sample |"
 echo "|---|---:|---:|---:|---:|"
-for c in hs-49 perf-49 hs-999 perf-999; do
+for c in $SAMPLING_CONFIGS; do
     cpu=$(median "$c" 4)
     secs=$(median "$c" 3)
     n=$(median "$c" 5)

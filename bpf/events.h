@@ -34,8 +34,11 @@ enum hs_kind {
 	HS_KIND_SAMPLE = 9,
 	HS_KIND_SWITCH_STACK = 10,
 	HS_KIND_TASK_EXIT = 11,
+	/* A CPU sample with a copy of the user stack; its losses count as
+	 * HS_KIND_SAMPLE's. */
+	HS_KIND_SAMPLE_COPY = 12,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 12,
+	HS_KIND_MAX = 13,
 };
 
 /*
@@ -233,7 +236,8 @@ struct hs_cache_counts {
  * `kernel_frames` kernel addresses, then `user_frames` user addresses right
  * after them. Only the filled part of `ips` is sent: the record ends after
  * ips[kernel_frames + user_frames - 1]. User stacks are walked by frame
- * pointers, so code built without them gives one or two user frames. */
+ * pointers, so code built without them gives one or two user frames here;
+ * a sample's copy of the stack (struct hs_sample_copy) is the cure. */
 struct hs_stack {
 	__u32 kernel_frames;
 	__u32 user_frames;
@@ -248,6 +252,27 @@ struct hs_sample {
 	__u32 pid;
 	char comm[HS_COMM_LEN];
 	struct hs_stack stack;	/* last: sent only as far as it is filled */
+};
+
+/* Bytes of the user stack a CPU sample copies, from the stack pointer up,
+ * for the recorder to unwind by the modules' call frame information
+ * (.eh_frame): perf --call-graph dwarf copies 8 KiB by default; Rust and
+ * C++ frames are large, and a sample is rare enough to afford 16. */
+#define HS_STACK_COPY 16384
+
+/* A CPU sample with what unwinding code without frame pointers needs
+ * (h.kind HS_KIND_SAMPLE_COPY): the user registers at the sample and the
+ * top of the user stack. The copy is unwound in the recorder and never
+ * written; s.stack is sent whole, its frame-pointer walk being the
+ * fallback and the kernel half. */
+struct hs_sample_copy {
+	struct hs_sample s;
+	__u64 ip;		/* user registers: where the thread was in user space */
+	__u64 sp;
+	__u64 bp;
+	__u32 copy_bytes;	/* of `copy`, read from sp up */
+	__u32 pad;
+	__u8 copy[HS_STACK_COPY];	/* last: sent only as far as it is filled */
 };
 
 /* sched:sched_switch with the stack of the task leaving the CPU

@@ -6,11 +6,15 @@
  * skipped: an idle CPU has nothing to profile. So is the recorder itself:
  * naming its own frames would map and parse its own (large) binary's debug
  * info, which under a switch storm tripled its memory; its cost is in the
- * `counter` table (source `recorder`) instead.
+ * `counter` table (source `recorder`) instead. With copy_user_stack (the
+ * recorder's --unwind dwarf), a sample of a thread with a user stack
+ * carries the user registers and the top of the stack as well, for the
+ * recorder to unwind code built without frame pointers.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "stack.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -27,14 +31,46 @@ struct {
 /* Records that found the ring full, per CPU and per kind. */
 HS_LOSS_MAP(stack_lost);
 
+/* Set by user space before load (--unwind): copy the top of the user
+ * stack with each sample, for unwinding by call frame information. */
+const volatile bool copy_user_stack = false;
+
 /* A record is built here, then only its filled part is copied to the ring:
- * too big for the BPF stack, and most of `ips` stays unused. */
+ * too big for the BPF stack, and most of `ips` and `copy` stays unused. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct hs_sample);
+	__type(value, struct hs_sample_copy);
 } sample_scratch SEC(".maps");
+
+#define HS_PAGE 4096
+
+/*
+ * Copies the user stack from `sp` up into e->copy: the rest of sp's page,
+ * then whole pages until HS_STACK_COPY or the first page that cannot be
+ * read (the top of the stack). Page by page, because one read that runs
+ * past the stack's end fails whole.
+ */
+static __always_inline __u32 hs_copy_user_stack(struct hs_sample_copy *e, __u64 sp)
+{
+	__u64 first = HS_PAGE - (sp & (HS_PAGE - 1));
+	if (first > HS_PAGE)
+		return 0;
+	if (bpf_probe_read_user(e->copy, first, (const void *)sp))
+		return 0;
+	__u32 copied = first;
+#pragma unroll
+	for (int page = 0; page < HS_STACK_COPY / HS_PAGE - 1; page++) {
+		__u64 at = first + (__u64)page * HS_PAGE;
+		if (at + HS_PAGE > HS_STACK_COPY)
+			break;
+		if (bpf_probe_read_user(&e->copy[at], HS_PAGE, (const void *)(sp + at)))
+			break;
+		copied = at + HS_PAGE;
+	}
+	return copied;
+}
 
 SEC("perf_event")
 int hs_cpu_sample(struct bpf_perf_event_data *ctx)
@@ -43,9 +79,10 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 	if ((__u32)pid_tgid == 0 || (pid_tgid >> 32) == self_tgid)
 		return 0;
 	__u32 zero = 0;
-	struct hs_sample *e = bpf_map_lookup_elem(&sample_scratch, &zero);
-	if (!e)
+	struct hs_sample_copy *c = bpf_map_lookup_elem(&sample_scratch, &zero);
+	if (!c)
 		return 0;
+	struct hs_sample *e = &c->s;
 	e->h.ts = bpf_ktime_get_boot_ns();
 	e->h.kind = HS_KIND_SAMPLE;
 	e->h.cpu = bpf_get_smp_processor_id();
@@ -56,10 +93,28 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 	__u64 size = __builtin_offsetof(struct hs_sample, stack.ips) + filled;
 	if (size > sizeof(*e))
 		size = sizeof(*e);
-	HS_OUTPUT(stack_events, stack_lost, e, size, HS_KIND_SAMPLE);
+	/* A thread with a user stack (not a kernel thread): its user
+	 * registers are the ones saved on entry to the kernel, whether the
+	 * tick interrupted it in user mode or in a system call. */
+	if (copy_user_stack && e->stack.user_frames > 0) {
+		struct pt_regs *regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+		c->ip = BPF_CORE_READ(regs, ip);
+		c->sp = BPF_CORE_READ(regs, sp);
+		c->bp = BPF_CORE_READ(regs, bp);
+		c->copy_bytes = hs_copy_user_stack(c, c->sp);
+		if (c->copy_bytes > 0) {
+			e->h.kind = HS_KIND_SAMPLE_COPY;
+			size = __builtin_offsetof(struct hs_sample_copy, copy) + c->copy_bytes;
+			if (size > sizeof(*c))
+				size = sizeof(*c);
+		}
+	}
+	HS_OUTPUT(stack_events, stack_lost, c, size, HS_KIND_SAMPLE);
 	return 0;
 }
 
 /* Anchors: they put the wire structs into the object's BTF, so libbpf-cargo
  * generates the Rust types from this one definition. Never read. */
 struct hs_sample hs_anchor_sample = {};
+struct hs_sample_copy hs_anchor_sample_copy = {};
+enum hs_kind hs_anchor_kind = HS_KIND_SAMPLE_COPY;

@@ -597,6 +597,10 @@ pub fn load_tasks<'obj>(
     })
 }
 
+/// Bytes of user stack a CPU sample carries at most (`HS_STACK_COPY`).
+pub const STACK_COPY_BYTES: usize = size_of::<stacks::types::hs_sample_copy>()
+    - std::mem::offset_of!(stacks::types::hs_sample_copy, copy);
+
 /// The loaded `cpu` group: poll `skel.maps.stack_events` (`hs_sample`
 /// records), read losses from `skel.maps.stack_lost`.
 pub struct SampleProbes<'obj> {
@@ -665,6 +669,7 @@ pub fn load_samples<'obj>(
     object: &'obj mut MaybeUninit<OpenObject>,
     ring_size: u32,
     frequency: u32,
+    copy_user_stack: bool,
     online_cpus: &[u32],
 ) -> anyhow::Result<SampleProbes<'obj>> {
     use std::os::fd::IntoRawFd;
@@ -675,11 +680,13 @@ pub fn load_samples<'obj>(
         .stack_events
         .set_max_entries(ring_size)
         .context("sizing the stacks ring buffer")?;
-    open.maps
+    let rodata = open
+        .maps
         .rodata_data
         .as_deref_mut()
-        .context("the stacks BPF object has no .rodata")?
-        .self_tgid = std::process::id();
+        .context("the stacks BPF object has no .rodata")?;
+    rodata.self_tgid = std::process::id();
+    rodata.copy_user_stack = copy_user_stack;
     let skel = open
         .load()
         .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;

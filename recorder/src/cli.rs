@@ -123,6 +123,14 @@ pub struct Args {
     #[arg(long, value_name = "HZ", default_value_t = 49, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub frequency: u32,
 
+    /// With --events cpu: how user stacks are walked. `dwarf` (the default) copies the
+    /// top of the user stack with each sample and unwinds it in the recorder by the
+    /// modules' .eh_frame, so code built without frame pointers (most of Debian,
+    /// libc included) keeps its callers; `fp` follows frame pointers only, as
+    /// `perf record -g` does. Off-CPU stacks (--off-cpu-stacks) always follow frame pointers.
+    #[arg(long, value_name = "HOW", default_value = "dwarf", value_parser = ["dwarf", "fp"])]
+    pub unwind: String,
+
     /// With --events sched: record the stack of every thread leaving a CPU
     /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: a stack
     /// walk on every context switch adds 2.25-5.95 µs to the switch and 3.45-3.67 µs
@@ -190,6 +198,8 @@ pub struct Config {
     pub flush: Duration,
     pub fsync: Duration,
     pub frequency: u32,
+    /// `--unwind dwarf`: samples carry a copy of the user stack.
+    pub unwind_dwarf: bool,
     pub off_cpu_stacks: bool,
     /// argv as given, kept in recording.json.
     pub command_line: Vec<String>,
@@ -269,6 +279,7 @@ impl Args {
             flush: self.flush,
             fsync: self.fsync,
             frequency: self.frequency,
+            unwind_dwarf: self.unwind == "dwarf",
             off_cpu_stacks: self.off_cpu_stacks,
             command_line,
         })
@@ -332,6 +343,7 @@ mod tests {
             max_size: None,
             max_age: None,
             frequency: 49,
+            unwind: "dwarf".into(),
             off_cpu_stacks: false,
             list_events: false,
         };

@@ -15,13 +15,14 @@ use crate::{
         sched::types::{
             hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack, hs_wakeup,
         },
-        stacks::types::hs_sample,
+        stacks::types::{hs_sample, hs_sample_copy},
         tasks::types::hs_task_exit,
     },
     procfs::join_argv,
     rows::{AllRows, ProcessRow, TaskStatRow},
     stacks::StackInterner,
     tasks::{boot_ns_to_tick, split_cputime},
+    unwind::StackCopy,
 };
 
 // SAFETY: the generated wire structs are repr(C), made only of integers and
@@ -55,6 +56,7 @@ const _: () = assert!(size_of::<hs_task_exit>() == 152);
 /// Bytes before the stack addresses of a sample and of a switch with its
 /// stack: the part always sent; the addresses follow as far as filled.
 const SAMPLE_FIXED: usize = std::mem::offset_of!(hs_sample, stack.ips);
+const SAMPLE_COPY_FIXED: usize = std::mem::offset_of!(hs_sample_copy, copy);
 const SWITCH_STACK_FIXED: usize = std::mem::offset_of!(hs_switch_stack, stack.ips);
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -76,7 +78,7 @@ pub fn table_of_kind(kind: u32) -> &'static str {
         hs_kind::HS_KIND_FAULT => "page_fault",
         hs_kind::HS_KIND_NUMA => "numa_event",
         hs_kind::HS_KIND_CACHE => "page_cache",
-        hs_kind::HS_KIND_SAMPLE => "cpu_sample",
+        hs_kind::HS_KIND_SAMPLE | hs_kind::HS_KIND_SAMPLE_COPY => "cpu_sample",
         hs_kind::HS_KIND_SWITCH_STACK => "sched_switch",
         hs_kind::HS_KIND_TASK_EXIT => "task_stat",
         _ => "unknown",
@@ -119,6 +121,18 @@ pub fn split_stack(
     let k = (kernel_frames as usize).min(available);
     let u = (user_frames as usize).min(available - k);
     (&ips[..k], &ips[k..k + u])
+}
+
+/// Appends one `cpu_sample` row.
+fn push_sample(ts: i64, e: &hs_sample, kernel: bool, stack_id: Option<i64>, rows: &mut AllRows) {
+    let r = &mut rows.cpu_sample;
+    r.ts.append_value(ts);
+    r.cpu.append_value(e.h.cpu as i32);
+    r.tid.append_value(e.tid as i32);
+    r.pid.append_value(e.pid as i32);
+    r.comm.append_value(c_str(&e.comm));
+    r.stack_id.append_option(stack_id);
+    r.kernel.append_value(kernel);
 }
 
 /// A NUL-terminated kernel string as text; invalid UTF-8 is replaced, not dropped.
@@ -351,14 +365,42 @@ impl Decoder {
                     data.len() - SAMPLE_FIXED,
                 );
                 let stack_id = stacks.intern(e.pid, kernel, user, &mut rows.stack, &mut rows.frame);
-                let r = &mut rows.cpu_sample;
-                r.ts.append_value(ts);
-                r.cpu.append_value(header.cpu as i32);
-                r.tid.append_value(e.tid as i32);
-                r.pid.append_value(e.pid as i32);
-                r.comm.append_value(c_str(&e.comm));
-                r.stack_id.append_option(stack_id);
-                r.kernel.append_value(!kernel.is_empty());
+                push_sample(ts, &e, !kernel.is_empty(), stack_id, rows);
+            }
+            hs_kind::HS_KIND_SAMPLE_COPY => {
+                if data.len() < SAMPLE_COPY_FIXED {
+                    return Err(DecodeError::Short {
+                        kind,
+                        len: data.len(),
+                    });
+                }
+                let e: hs_sample = truncated(data, kind, SAMPLE_FIXED)?;
+                let s = &e.stack;
+                let (kernel, user) =
+                    split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
+                let word = |field: usize| {
+                    u64::from_ne_bytes(data[field..field + 8].try_into().expect("8 bytes"))
+                };
+                let copy_bytes = u32::from_ne_bytes(
+                    data[std::mem::offset_of!(hs_sample_copy, copy_bytes)..][..4]
+                        .try_into()
+                        .expect("4 bytes"),
+                ) as usize;
+                let copy = StackCopy {
+                    ip: word(std::mem::offset_of!(hs_sample_copy, ip)),
+                    sp: word(std::mem::offset_of!(hs_sample_copy, sp)),
+                    bp: word(std::mem::offset_of!(hs_sample_copy, bp)),
+                    bytes: &data[SAMPLE_COPY_FIXED..data.len().min(SAMPLE_COPY_FIXED + copy_bytes)],
+                };
+                let stack_id = stacks.intern_copied(
+                    e.pid,
+                    kernel,
+                    user,
+                    &copy,
+                    &mut rows.stack,
+                    &mut rows.frame,
+                );
+                push_sample(ts, &e, !kernel.is_empty(), stack_id, rows);
             }
             hs_kind::HS_KIND_SWITCH_STACK => {
                 let e: hs_switch_stack = truncated(data, kind, SWITCH_STACK_FIXED)?;

@@ -1,6 +1,7 @@
 //! Just enough ELF to know how much DWARF a module carries before blazesym
 //! maps and parses it: the section headers and the debug link (the build id
-//! comes from blazesym's own reader, as for frames).
+//! comes from blazesym's own reader, as for frames); and to hand a module's
+//! `.eh_frame` to the unwinder ([`crate::unwind`]).
 //!
 //! Naming a frame from DWARF maps and touches most of the debug sections
 //! (a second hindsight-record's release binary, sampled: 72 of its 89 MiB), all of it
@@ -58,53 +59,84 @@ fn read_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Reads the section headers of the ELF file at `path`.
-pub fn debug_sections(path: &Path) -> io::Result<DebugSections> {
-    let file = File::open(path)?;
+/// One section header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Section {
+    pub name: Vec<u8>,
+    pub flags: u64,
+    /// Where the section is loaded (its SVMA); 0 for sections not loaded.
+    pub address: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// The section headers of an ELF file; empty when it is not a 64-bit
+/// little-endian ELF file or has no section table.
+pub fn sections(file: &File) -> io::Result<Vec<Section>> {
     if file.metadata()?.len() < 64 {
-        return Ok(DebugSections::default());
+        return Ok(Vec::new());
     }
-    let header = read_at(&file, 0, 64)?;
+    let header = read_at(file, 0, 64)?;
     let (elf64, little_endian) = (header[4] == 2, header[5] == 1);
     if &header[..4] != b"\x7fELF" || !elf64 || !little_endian {
-        return Ok(DebugSections::default());
+        return Ok(Vec::new());
     }
     let table_offset = u64_at(&header, 0x28);
     let entry_size = u64::from(u16_at(&header, 0x3a));
     let mut count = u64::from(u16_at(&header, 0x3c));
     let mut names_index = u64::from(u16_at(&header, 0x3e));
     if table_offset == 0 || entry_size < 64 {
-        return Ok(DebugSections::default());
+        return Ok(Vec::new());
     }
     // Extended numbering: the real figures live in section 0.
-    let first = read_at(&file, table_offset, 64)?;
+    let first = read_at(file, table_offset, 64)?;
     if count == 0 {
         count = u64_at(&first, 32);
     }
     if names_index == 0xffff {
         names_index = u64::from(u32_at(&first, 40));
     }
-    let table = read_at(&file, table_offset, count.saturating_mul(entry_size))?;
+    let table = read_at(file, table_offset, count.saturating_mul(entry_size))?;
     let section = |i: u64| &table[(i * entry_size) as usize..(i * entry_size + 64) as usize];
     if names_index >= count {
-        return Ok(DebugSections::default());
+        return Ok(Vec::new());
     }
     let names_header = section(names_index);
-    let names = read_at(&file, u64_at(names_header, 24), u64_at(names_header, 32))?;
+    let names = read_at(file, u64_at(names_header, 24), u64_at(names_header, 32))?;
     let name_of = |header: &[u8]| {
         let start = (u32_at(header, 0) as usize).min(names.len());
         let end = names[start..]
             .iter()
             .position(|&b| b == 0)
             .map_or(names.len(), |n| start + n);
-        &names[start..end]
+        names[start..end].to_vec()
     };
+    Ok((0..count)
+        .map(|i| {
+            let header = section(i);
+            Section {
+                name: name_of(header),
+                flags: u64_at(header, 8),
+                address: u64_at(header, 16),
+                offset: u64_at(header, 24),
+                size: u64_at(header, 32),
+            }
+        })
+        .collect())
+}
 
+/// The bytes of `section` (at most 16 MiB: more is refused as corrupt).
+pub fn section_data(file: &File, section: &Section) -> io::Result<Vec<u8>> {
+    read_at(file, section.offset, section.size)
+}
+
+/// Reads the section headers of the ELF file at `path`.
+pub fn debug_sections(path: &Path) -> io::Result<DebugSections> {
+    let file = File::open(path)?;
     let mut found = DebugSections::default();
-    for i in 0..count {
-        let header = section(i);
-        let (flags, offset, size) = (u64_at(header, 8), u64_at(header, 24), u64_at(header, 32));
-        let name = name_of(header);
+    for section in sections(&file)? {
+        let (name, flags, offset, size) =
+            (&section.name, section.flags, section.offset, section.size);
         if name.starts_with(b".debug_") || name.starts_with(b".zdebug_") {
             let inflated = if flags & SHF_COMPRESSED != 0 && size >= 24 {
                 u64_at(&read_at(&file, offset, 24)?, 8)
@@ -190,6 +222,8 @@ pub struct LoadSegment {
     pub offset: u64,
     pub size: u64,
     pub address: u64,
+    /// `PF_X`: the segment holds code.
+    pub executable: bool,
 }
 
 /// The `PT_LOAD` segments of the ELF file `module`; None when it cannot be
@@ -215,6 +249,7 @@ pub fn load_segments(module: &Path) -> Option<Vec<LoadSegment>> {
             .map(|i| &table[(i * entry_size) as usize..])
             .filter(|entry| u32_at(entry, 0) == PT_LOAD)
             .map(|entry| LoadSegment {
+                executable: u32_at(entry, 4) & 1 != 0,
                 offset: u64_at(entry, 8),
                 address: u64_at(entry, 16),
                 size: u64_at(entry, 32),

@@ -316,7 +316,7 @@ fn every_programs_skipped_runs_can_be_read() {
     let online = crate::procfs::parse_cpu_list(
         &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
     );
-    let samples = load_samples(samples, 1 << 20, 49, &online).unwrap();
+    let samples = load_samples(samples, 1 << 20, 49, true, &online).unwrap();
     let groups = [
         ("sched", sched.skel.object()),
         ("faults", faults.skel.object()),

@@ -43,6 +43,7 @@ pub mod sink;
 pub mod stacks;
 pub mod symbolize;
 pub mod tasks;
+pub mod unwind;
 pub mod writer;
 
 use std::process::ExitCode;

@@ -292,7 +292,7 @@ pub fn kernel_support() -> Option<Vec<GroupSupport>> {
         .unwrap_or_default();
     support.push((
         "cpu",
-        outcome(bpf::load_samples(&mut object, RING, 49, &cpus).map(|_| Vec::new())),
+        outcome(bpf::load_samples(&mut object, RING, 49, true, &cpus).map(|_| Vec::new())),
     ));
     let mut object = MaybeUninit::uninit();
     support.push((
@@ -576,8 +576,15 @@ fn push_late(c: &mut Collector, ts: i64, table: &str, due: Instant, every: Durat
 /// `--ring-size`, a power of two. Its pages are resident twice over (the
 /// data is mapped twice for wrap-around), so at 49 Hz on a few CPUs a ring
 /// the size of `--ring-size` would be 16 MiB of memory for a trickle.
-fn sample_ring_size(frequency: u32, cpus: usize, ring_size: u32) -> u32 {
-    let second = u64::from(frequency) * cpus.max(1) as u64 * 2048;
+fn sample_ring_size(frequency: u32, cpus: usize, ring_size: u32, copies_stacks: bool) -> u32 {
+    // A copy of the user stack runs from the stack pointer to the stack's
+    // top or the copy's size: on average about half of it.
+    let record = if copies_stacks {
+        2048 + bpf::STACK_COPY_BYTES as u64 / 2
+    } else {
+        2048
+    };
+    let second = u64::from(frequency) * cpus.max(1) as u64 * record;
     let wanted = second.clamp(1 << 20, u64::from(ring_size).max(1 << 20));
     u32::try_from(wanted.next_power_of_two())
         .unwrap_or(ring_size)
@@ -713,6 +720,11 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
             0
         },
         off_cpu_stacks: config.off_cpu_stacks && wants(config, "sched"),
+        sample_unwind: match (wants(config, "cpu"), config.unwind_dwarf) {
+            (false, _) => String::new(),
+            (true, true) => "dwarf".into(),
+            (true, false) => "fp".into(),
+        },
         ..Default::default()
     }
 }
@@ -825,8 +837,14 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 "cpu",
                 bpf::load_samples(
                     &mut samples_object,
-                    sample_ring_size(config.frequency, cpus.len(), config.ring_size),
+                    sample_ring_size(
+                        config.frequency,
+                        cpus.len(),
+                        config.ring_size,
+                        config.unwind_dwarf,
+                    ),
                     config.frequency,
+                    config.unwind_dwarf,
                     &cpus,
                 ),
                 &mut refused,
@@ -1250,11 +1268,14 @@ mod sample_ring_tests {
     #[test]
     fn the_sampler_ring_holds_a_second_of_samples_within_bounds() {
         // 49 Hz on 2 CPUs: a trickle, the 1 MiB floor.
-        assert_eq!(sample_ring_size(49, 2, 8 << 20), 1 << 20);
+        assert_eq!(sample_ring_size(49, 2, 8 << 20, false), 1 << 20);
+        // With copies of the user stack: five times the bytes a sample.
+        assert_eq!(sample_ring_size(49, 2, 8 << 20, true), 1 << 20);
+        assert_eq!(sample_ring_size(99, 2, 8 << 20, true), 2 << 20);
         // 999 Hz on 2 CPUs: 4 MB a second at most, rounded up to 4 MiB.
-        assert_eq!(sample_ring_size(999, 2, 8 << 20), 4 << 20);
+        assert_eq!(sample_ring_size(999, 2, 8 << 20, false), 4 << 20);
         // Never above --ring-size, never below the floor.
-        assert_eq!(sample_ring_size(10_000, 64, 8 << 20), 8 << 20);
-        assert_eq!(sample_ring_size(49, 2, 1 << 20), 1 << 20);
+        assert_eq!(sample_ring_size(10_000, 64, 8 << 20, false), 8 << 20);
+        assert_eq!(sample_ring_size(49, 2, 1 << 20, false), 1 << 20);
     }
 }

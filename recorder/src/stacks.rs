@@ -25,7 +25,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::rows::{FrameRows, StackRows};
+use crate::{
+    rows::{FrameRows, StackRows},
+    unwind::{ProcessUnwinder, StackCopy, Unwinders},
+};
 
 /// Stacks and frames remembered as written; past this, the sets are
 /// cleared and the rows seen again are written twice (readers
@@ -191,6 +194,9 @@ impl FrameRows {
 
 struct ProcessMaps {
     maps: Vec<Mapping>,
+    /// Built on its first sample with a stack copy, paired with the
+    /// [`Unwinders::generation`] whose module sections it holds.
+    unwinder: Option<(u64, ProcessUnwinder)>,
     read_at: Instant,
     /// `<proc_root>/<pid>/root` when the process is in another mount
     /// namespace than the recorder (its paths are not ours).
@@ -209,6 +215,8 @@ pub struct StackInterner {
     /// Frames written unnamed because the symbolizer's queue was full.
     pub unnamed: u64,
     frame_ids: Vec<i64>,
+    unwinders: Unwinders,
+    unwound: Vec<u64>,
 }
 
 impl StackInterner {
@@ -222,6 +230,8 @@ impl StackInterner {
             symbolizer,
             unnamed: 0,
             frame_ids: Vec::new(),
+            unwinders: Unwinders::default(),
+            unwound: Vec::new(),
         }
     }
 
@@ -270,6 +280,72 @@ impl StackInterner {
         }
         self.frame_ids = frame_ids;
         Some(id)
+    }
+
+    /// [`StackInterner::intern`] with the user stack unwound from `copy`
+    /// (a sample's registers and top of its user stack), or, where that
+    /// finds no more, the frame-pointer walk `user`.
+    pub fn intern_copied(
+        &mut self,
+        pid: u32,
+        kernel: &[u64],
+        user: &[u64],
+        copy: &StackCopy,
+        stacks: &mut StackRows,
+        frames: &mut FrameRows,
+    ) -> Option<i64> {
+        let mut unwound = std::mem::take(&mut self.unwound);
+        let id = if self.unwind(pid, copy, user, &mut unwound) {
+            self.intern(pid, kernel, &unwound, stacks, frames)
+        } else {
+            self.intern(pid, kernel, user, stacks, frames)
+        };
+        self.unwound = unwound;
+        id
+    }
+
+    fn unwind(&mut self, pid: u32, copy: &StackCopy, user: &[u64], out: &mut Vec<u64>) -> bool {
+        // Reads the process's map if it is new, or the sample's address new to it.
+        if self.mapping_of(pid, copy.ip).is_none() {
+            return false;
+        }
+        let Some(process) = self.processes.get(&pid) else {
+            return false;
+        };
+        let generation = self.unwinders.generation;
+        if process
+            .unwinder
+            .as_ref()
+            .is_none_or(|(built, _)| *built != generation)
+        {
+            let (maps, root) = (process.maps.clone(), process.root.clone());
+            let files: Vec<(&Mapping, String, String)> = maps
+                .iter()
+                .filter_map(|m| {
+                    let path = m.path.as_deref().filter(|p| !p.starts_with('['))?;
+                    let open = root
+                        .as_deref()
+                        .map_or_else(|| path.to_string(), |r| format!("{r}{path}"));
+                    let key = self.build_id_of(&open).unwrap_or_else(|| open.clone());
+                    Some((m, open, key))
+                })
+                .collect();
+            let unwinder = self.unwinders.for_process(files);
+            // Reading a module may have started the modules over.
+            let built = (self.unwinders.generation, unwinder);
+            if let Some(process) = self.processes.get_mut(&pid) {
+                process.unwinder = Some(built);
+            }
+        }
+        let Some(ProcessMaps {
+            maps,
+            unwinder: Some((_, unwinder)),
+            ..
+        }) = self.processes.get(&pid)
+        else {
+            return false;
+        };
+        self.unwinders.unwind(unwinder, maps, copy, user, out)
     }
 
     fn first_time_frame(&mut self, id: i64) -> bool {
@@ -366,6 +442,7 @@ impl StackInterner {
             pid,
             ProcessMaps {
                 maps,
+                unwinder: None,
                 read_at: Instant::now(),
                 root,
             },

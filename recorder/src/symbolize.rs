@@ -228,8 +228,11 @@ impl SymbolizerThread {
 /// host that runs many binaries (a build machine sampled libLLVM, rustc and
 /// dozens more) that grew the recorder's memory without bound, so past this
 /// many the symbolizer starts afresh. Each frame is named once per recording
-/// anyway, so the cost is re-reading a module that comes back.
-const MAX_OPEN_MODULES: usize = 8;
+/// anyway, so the cost is re-reading a module that comes back. Stacks
+/// unwound to `_start` name frames in most of the 5-10 libraries a program
+/// maps: 8 made short-lived programs reopen them (22 opens for 30 runs of
+/// one binary); memory is held by MODULE_MEMORY_BUDGET, not by this.
+const MAX_OPEN_MODULES: usize = 16;
 
 /// With no user frame to name for this long, the symbolizer lets go of
 /// every module it holds: their mappings and parsed debug info count in

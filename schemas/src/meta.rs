@@ -108,6 +108,12 @@ pub struct Session {
     /// True when `sched_switch.stack_id` was recorded (`--off-cpu-stacks`).
     #[serde(default)]
     pub off_cpu_stacks: bool,
+    /// How the user stacks of CPU samples were unwound (`--unwind`):
+    /// `dwarf` (call frame information, frame pointers where a module has
+    /// none) or `fp` (frame pointers only); empty in recordings older than
+    /// the option, which walked frame pointers.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sample_unwind: String,
     /// Tracepoints that could not be attached on this kernel
     /// (`category:name`), and event groups that could not load at all
     /// (`group:name`; those are not in `events`).

@@ -398,7 +398,9 @@ pub static FRAME: Table = Table {
     doc: "What each frame is, symbolized while its process was alive: user frames with blazesym by (build id or module \
           path, file offset), JIT code from `/tmp/perf-<pid>.map`, kernel frames from /proc/kallsyms. A frame is written once \
           per recording, in the chunk where it was first seen (possibly a later chunk than its stacks); readers deduplicate \
-          by `frame_id`. Programs built without frame pointers give short user stacks: the kernel walks frame pointers only.",
+          by `frame_id`. User stacks of CPU samples are unwound by the modules' `.eh_frame` (`--unwind dwarf`, the default; \
+          `sample_unwind` in recording.json), so code built without frame pointers keeps its callers; off-CPU stacks \
+          (`--off-cpu-stacks`) follow frame pointers only, and code built without them gives short user stacks there.",
     sort_key: &["frame_id"],
     columns: &[
         col("frame_id", Int64, "", "A stable 64-bit hash of the frame's identity: kind, module (build id, else path) and file offset for user frames; the address for kernel frames."),

@@ -1,0 +1,363 @@
+//! User stacks through code built without frame pointers: a CPU sample
+//! taken with `--unwind dwarf` carries the user registers and a copy of the
+//! top of the user stack (`struct hs_sample_copy`), and this walks the copy
+//! by each module's call frame information (`.eh_frame`, read once per
+//! module file) with framehop, the unwinder samply uses. The copy is
+//! never written: only the addresses found go on, like a frame-pointer
+//! walk's, to [`crate::stacks::StackInterner`].
+//!
+//! Where a module has no call frame information (JIT code, a stripped
+//! `.eh_frame`), framehop follows the frame pointer; where the copy ends
+//! before the stack does, the frame-pointer walk the kernel did for the
+//! same sample completes the stack from the last frame both agree on.
+//!
+//! Runs on the ring-buffer thread: a module's sections are read once (a
+//! few hundred KiB for libc and most programs), an unwind is a few
+//! microseconds, and samples come at `--frequency` per CPU.
+
+use std::{collections::HashMap, fs::File, ops::Deref, path::Path, sync::Arc};
+
+use framehop::{
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+    ExplicitModuleSectionInfo, Module, Unwinder as _,
+};
+
+use crate::{
+    elf,
+    stacks::{find_mapping, Mapping},
+};
+
+/// Frames kept per user stack (`HS_STACK_DEPTH`).
+const MAX_FRAMES: usize = 64;
+/// Bytes of unwind sections kept for all modules; past this the modules
+/// start over (and so do the processes' unwinders, which share them).
+const SECTIONS_BUDGET: usize = 16 << 20;
+
+/// Section bytes shared by every process that maps the module.
+#[derive(Clone)]
+pub struct Bytes(Arc<[u8]>);
+
+impl Default for Bytes {
+    fn default() -> Self {
+        Bytes(Arc::from(&[][..]))
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What unwinding needs of one module file, at its own addresses (SVMAs).
+struct ModuleSections {
+    segments: Vec<elf::LoadSegment>,
+    eh_frame: (std::ops::Range<u64>, Bytes),
+    eh_frame_hdr: Option<(std::ops::Range<u64>, Bytes)>,
+    text: Option<std::ops::Range<u64>>,
+    got: Option<std::ops::Range<u64>>,
+}
+
+impl ModuleSections {
+    fn read(path: &Path) -> Option<ModuleSections> {
+        let file = File::open(path).ok()?;
+        let sections = elf::sections(&file).ok()?;
+        let find = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
+        let range = |s: &elf::Section| s.address..s.address + s.size;
+        let load = |s: &elf::Section| -> Option<(std::ops::Range<u64>, Bytes)> {
+            let data = elf::section_data(&file, s).ok()?;
+            Some((range(s), Bytes(data.into())))
+        };
+        Some(ModuleSections {
+            segments: elf::load_segments(path)?,
+            eh_frame: load(find(b".eh_frame")?)?,
+            eh_frame_hdr: find(b".eh_frame_hdr").and_then(load),
+            text: find(b".text").map(range),
+            got: find(b".got").map(range),
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.eh_frame.1.len() + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len())
+    }
+
+    /// framehop's view of this module mapped at `mapping`.
+    fn module(&self, name: &str, mapping: &Mapping) -> Option<Module<Bytes>> {
+        // The code segment in this mapping: mappings start on a page, and
+        // the page holding a segment's first byte may hold the end of the
+        // segment before it, so the mapping's own offset can name the wrong one.
+        let length = mapping.end - mapping.start;
+        let code = self.segments.iter().find(|s| {
+            s.executable && s.offset < mapping.offset + length && mapping.offset < s.offset + s.size
+        })?;
+        let code_avma = mapping
+            .start
+            .wrapping_add(code.offset.wrapping_sub(mapping.offset));
+        let bias = code_avma.wrapping_sub(code.address);
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.clone(),
+            eh_frame_svma: Some(self.eh_frame.0.clone()),
+            eh_frame: Some(self.eh_frame.1.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|h| h.0.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|h| h.1.clone()),
+            got_svma: self.got.clone(),
+            ..Default::default()
+        };
+        Some(Module::new(
+            name.to_string(),
+            mapping.start..mapping.end,
+            bias,
+            info,
+        ))
+    }
+}
+
+/// One process's modules as framehop sees them, built from its maps.
+pub struct ProcessUnwinder(UnwinderX86_64<Bytes>);
+
+/// The user registers of a sample and the stack bytes from `sp` up.
+pub struct StackCopy<'a> {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub bytes: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    fn read(&self, address: u64) -> Result<u64, ()> {
+        let at = usize::try_from(address.checked_sub(self.sp).ok_or(())?).map_err(|_| ())?;
+        let word = self.bytes.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
+    }
+}
+
+/// Module sections by build id (else path), and framehop's cache.
+pub struct Unwinders {
+    modules: HashMap<String, Option<Arc<ModuleSections>>>,
+    module_bytes: usize,
+    /// Bumped when the modules start over: unwinders built before hold
+    /// sections no longer counted, and are rebuilt.
+    pub generation: u64,
+    cache: CacheX86_64,
+}
+
+impl Default for Unwinders {
+    fn default() -> Self {
+        Unwinders {
+            modules: HashMap::new(),
+            module_bytes: 0,
+            generation: 0,
+            cache: CacheX86_64::new(),
+        }
+    }
+}
+
+impl Unwinders {
+    fn sections(&mut self, open_path: &str, key: String) -> Option<Arc<ModuleSections>> {
+        if let Some(found) = self.modules.get(&key) {
+            return found.clone();
+        }
+        let read = ModuleSections::read(Path::new(open_path)).map(Arc::new);
+        if let Some(m) = &read {
+            if self.module_bytes + m.bytes() > SECTIONS_BUDGET {
+                self.modules.clear();
+                self.module_bytes = 0;
+                self.generation += 1;
+            }
+            self.module_bytes += m.bytes();
+        }
+        self.modules.insert(key, read.clone());
+        read
+    }
+
+    /// The unwinder of a process whose file mappings are `modules`: each
+    /// with the path its file is read by (through a container's
+    /// `/proc/<pid>/root`) and the key its sections are kept under (its
+    /// build id where it has one, so one binary in many containers, or run
+    /// by many short processes, is read once).
+    pub fn for_process<'m>(
+        &mut self,
+        modules: impl IntoIterator<Item = (&'m Mapping, String, String)>,
+    ) -> ProcessUnwinder {
+        let mut unwinder = UnwinderX86_64::new();
+        for (mapping, open_path, key) in modules {
+            let name = mapping.path.as_deref().unwrap_or_default();
+            if let Some(module) = self
+                .sections(&open_path, key)
+                .and_then(|s| s.module(name, mapping))
+            {
+                unwinder.add_module(module);
+            }
+        }
+        ProcessUnwinder(unwinder)
+    }
+
+    /// Unwinds `copy` into `out` (leaf first), completing it from
+    /// `frame_pointer_walk` (the kernel's walk of the same stack) where the
+    /// copy ran out first. Returns false, leaving `out` empty, when the
+    /// copy gave no more than the walk.
+    pub fn unwind(
+        &mut self,
+        process: &ProcessUnwinder,
+        maps: &[Mapping],
+        copy: &StackCopy,
+        frame_pointer_walk: &[u64],
+        out: &mut Vec<u64>,
+    ) -> bool {
+        out.clear();
+        let regs = UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp);
+        let mut read_stack = |address| copy.read(address);
+        let mut frames = process
+            .0
+            .iter_frames(copy.ip, regs, &mut self.cache, &mut read_stack);
+        let mut reached_root = false;
+        while out.len() < MAX_FRAMES {
+            match frames.next() {
+                Ok(Some(frame)) => out.push(frame.address()),
+                Ok(None) => {
+                    reached_root = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        // framehop follows frame pointers through code it knows nothing
+        // of; a return address outside every mapping is a wrong guess.
+        while out.len() > 1 && find_mapping(maps, out[out.len() - 1]).is_none() {
+            out.pop();
+            reached_root = false;
+        }
+        if !reached_root {
+            let last = out.last().copied();
+            if let Some(at) = last.and_then(|l| frame_pointer_walk.iter().position(|&a| a == l)) {
+                let room = MAX_FRAMES.saturating_sub(out.len());
+                out.extend(frame_pointer_walk[at + 1..].iter().take(room));
+            }
+        }
+        if out.len() <= frame_pointer_walk.len() && !reached_root {
+            out.clear();
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stacks::parse_maps;
+
+    /// This thread's registers and up to 16 KiB of its stack from here up
+    /// (no further than the stack's mapping), as a sample would carry them.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    fn capture_own_stack() -> (u64, u64, u64, Vec<u8>) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers, writes nothing else.
+        unsafe {
+            std::arch::asm!("lea {}, [rip]", out(reg) ip);
+            std::arch::asm!("mov {}, rsp", out(reg) sp);
+            std::arch::asm!("mov {}, rbp", out(reg) bp);
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let stack_end = maps
+            .lines()
+            .filter_map(|l| l.split_once(' ')?.0.split_once('-'))
+            .map(|(a, b)| {
+                (
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                )
+            })
+            .find(|&(start, end)| start <= sp && sp < end)
+            .unwrap()
+            .1;
+        let len = (stack_end - sp).min(16 << 10) as usize;
+        // SAFETY: sp..sp + len lies in this thread's live stack mapping.
+        let bytes = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
+        (ip, sp, bp, bytes)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    fn caller_of_capture() -> (u64, u64, u64, Vec<u8>) {
+        std::hint::black_box(capture_own_stack())
+    }
+
+    /// The recorder's own stack, unwound as a sample's would be: through
+    /// this test, the test harness and std (built without frame pointers)
+    /// to the thread's start in libc.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_live_stack_unwinds_through_code_without_frame_pointers() {
+        let (ip, sp, bp, bytes) = caller_of_capture();
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let mut unwinders = Unwinders::default();
+        let files = maps.iter().filter_map(|m| {
+            let path = m.path.clone().filter(|p| !p.starts_with('['))?;
+            Some((m, path.clone(), path))
+        });
+        let process = unwinders.for_process(files);
+        let copy = StackCopy {
+            ip,
+            sp,
+            bp,
+            bytes: &bytes,
+        };
+        let mut frames = Vec::new();
+        assert!(unwinders.unwind(&process, &maps, &copy, &[], &mut frames));
+        let within = |f: u64, function: u64| (function..function + 512).contains(&f);
+        let caller = caller_of_capture as *const () as u64;
+        let test = a_live_stack_unwinds_through_code_without_frame_pointers as *const () as u64;
+        assert!(frames[0] == ip, "{frames:x?}");
+        assert!(
+            frames.iter().any(|&f| within(f, caller)),
+            "caller_of_capture at {caller:x}: {frames:x?}"
+        );
+        assert!(
+            frames.iter().any(|&f| within(f, test)),
+            "the test at {test:x}: {frames:x?}"
+        );
+        // Past the test: the harness, std, and libc's thread start.
+        let libc = |f: &u64| {
+            crate::stacks::find_mapping(&maps, *f)
+                .and_then(|m| m.path.as_deref())
+                .is_some_and(|p| p.contains("libc.so"))
+        };
+        assert!(frames.iter().any(libc), "no frame in libc: {frames:x?}");
+        // A frame-pointer walk through such code: the leaf, then garbage.
+        // The unwound stack wins.
+        let mut again = Vec::new();
+        assert!(unwinders.unwind(&process, &maps, &copy, &[ip, 0x1234], &mut again));
+        assert_eq!(again, frames);
+        // A copy cut short after the leaf, with a walk that went further:
+        // the walk completes it from the last frame both agree on, which
+        // gives nothing the walk lacks, so the walk is used.
+        let short = StackCopy {
+            bytes: &bytes[..8],
+            ..copy
+        };
+        let mut cut = Vec::new();
+        assert!(!unwinders.unwind(&process, &maps, &short, &frames, &mut cut));
+        assert!(cut.is_empty());
+    }
+
+    #[test]
+    fn the_copy_is_read_within_its_bytes_only() {
+        let bytes: Vec<u8> = (0u8..24).collect();
+        let copy = StackCopy {
+            ip: 0,
+            sp: 0x1000,
+            bp: 0,
+            bytes: &bytes,
+        };
+        let word = |first: u8| u64::from_le_bytes(std::array::from_fn(|i| first + i as u8));
+        assert_eq!(copy.read(0x1000), Ok(word(0)));
+        assert_eq!(copy.read(0x1010), Ok(word(16)));
+        assert_eq!(copy.read(0x1011), Err(()));
+        assert_eq!(copy.read(0xfff), Err(()));
+        assert_eq!(copy.read(u64::MAX), Err(()));
+    }
+}
