@@ -13,7 +13,8 @@
 # Part 2, off-CPU stacks on a context-switch storm: `perf bench sched pipe -l
 # LOOPS` pinned to CPU 0 (two real switches per op), under:
 #   hs-sched     hindsight-record --events sched (switches without stacks)
-#   hs-offcpu    hindsight-record --events sched --off-cpu-stacks
+#   hs-offcpu    hindsight-record --events sched --off-cpu-stacks (--unwind dwarf: a stack copy per switch)
+#   hs-offcpu-fp the same with --unwind fp
 #   perf-sched-g perf record -e sched:sched_switch -a -g
 # plus `bare` (nothing recording) for the storm's usecs/op.
 # Part 3, stacks where processes come and go: one loop per CPU starting
@@ -164,6 +165,7 @@ run_storm() {
     case $config in
     hs-sched) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events sched ;;
     hs-offcpu) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events sched --off-cpu-stacks ;;
+    hs-offcpu-fp) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events sched --off-cpu-stacks --unwind fp ;;
     perf-sched-g) start_tool "$out.err" '' perf record -e sched:sched_switch -a -g -o "$out.data" ;;
     bare) ;;
     esac
@@ -271,7 +273,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         burners=()
     fi
     if part storm; then
-        for config in bare hs-sched hs-offcpu perf-sched-g; do run_storm "$round" "$config"; done
+        for config in bare hs-sched hs-offcpu hs-offcpu-fp perf-sched-g; do run_storm "$round" "$config"; done
     fi
     if part churn; then
         for config in hs-churn perf-churn; do run_churn "$round" "$config"; done
@@ -305,7 +307,7 @@ echo
 bare=$(median bare 6)
 echo "| config | usecs/op | added µs per switch | tool CPU s | sched_switch events | tool CPU µs per event |"
 echo "|---|---:|---:|---:|---:|---:|"
-for c in bare hs-sched hs-offcpu perf-sched-g; do
+for c in bare hs-sched hs-offcpu hs-offcpu-fp perf-sched-g; do
     us=$(median "$c" 6)
     cpu=$(median "$c" 4)
     n=$(median "$c" 5)

@@ -37,8 +37,11 @@ enum hs_kind {
 	/* A CPU sample with a copy of the user stack; its losses count as
 	 * HS_KIND_SAMPLE's. */
 	HS_KIND_SAMPLE_COPY = 12,
+	/* A switch with the leaving task's stacks and a copy of its user
+	 * stack; its losses count as HS_KIND_SWITCH_STACK's. */
+	HS_KIND_SWITCH_STACK_COPY = 13,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 13,
+	HS_KIND_MAX = 14,
 };
 
 /*
@@ -260,18 +263,32 @@ struct hs_sample {
  * C++ frames are large, and a sample is rare enough to afford 16. */
 #define HS_STACK_COPY 16384
 
-/* A CPU sample with what unwinding code without frame pointers needs
- * (h.kind HS_KIND_SAMPLE_COPY): the user registers at the sample and the
- * top of the user stack. The copy is unwound in the recorder and never
- * written; s.stack is sent whole, its frame-pointer walk being the
- * fallback and the kernel half. */
-struct hs_sample_copy {
-	struct hs_sample s;
-	__u64 ip;		/* user registers: where the thread was in user space */
+/* Off-CPU stacks come with every switch: their copy is the rest of the
+ * stack pointer's page, and the next page when that rest is under
+ * HS_SWITCH_COPY_MIN bytes. Enough to unwind the libc functions a thread
+ * blocks in up to the code that called them; the frame-pointer walk goes
+ * on from there. */
+#define HS_SWITCH_STACK_COPY 8192
+#define HS_SWITCH_COPY_MIN 1024
+
+/* What unwinding code without frame pointers needs, after a record with
+ * its stacks: the user registers where the thread left user space and
+ * the top of its user stack. The copy is unwound in the recorder and never
+ * written. */
+struct hs_user_regs {
+	__u64 ip;
 	__u64 sp;
 	__u64 bp;
-	__u32 copy_bytes;	/* of `copy`, read from sp up */
+	__u32 copy_bytes;	/* of the copy that follows, read from sp up */
 	__u32 pad;
+};
+
+/* A CPU sample with a copy of its user stack (h.kind HS_KIND_SAMPLE_COPY);
+ * s.stack is sent whole, its frame-pointer walk being the fallback and the
+ * kernel half. */
+struct hs_sample_copy {
+	struct hs_sample s;
+	struct hs_user_regs regs;
 	__u8 copy[HS_STACK_COPY];	/* last: sent only as far as it is filled */
 };
 
@@ -280,6 +297,14 @@ struct hs_sample_copy {
 struct hs_switch_stack {
 	struct hs_switch sw;
 	struct hs_stack stack;	/* last: sent only as far as it is filled */
+};
+
+/* A switch with a copy of the leaving task's user stack (h.kind
+ * HS_KIND_SWITCH_STACK_COPY, --off-cpu-stacks with --unwind dwarf). */
+struct hs_switch_stack_copy {
+	struct hs_switch_stack s;	/* whole */
+	struct hs_user_regs regs;
+	__u8 copy[HS_SWITCH_STACK_COPY];	/* last: sent only as far as it is filled */
 };
 
 #endif /* HINDSIGHT_EVENTS_H */

@@ -29,12 +29,16 @@ HS_LOSS_MAP(sched_lost);
  * the stack of the task leaving the CPU. */
 const volatile bool off_cpu_stacks = false;
 
+/* Set by user space before load (--unwind dwarf, with --off-cpu-stacks):
+ * copy the top of the leaving task's user stack too. */
+const volatile bool copy_user_stack = false;
+
 /* Where a switch with its stack is built before its filled part is sent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct hs_switch_stack);
+	__type(value, struct hs_switch_stack_copy);
 } switch_scratch SEC(".maps");
 
 static __always_inline __u32 ppid_of(struct task_struct *task)
@@ -69,9 +73,10 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 	 * the ones bpf_get_stack reads: where prev blocked. */
 	if (off_cpu_stacks && prev->pid != 0) {
 		__u32 zero = 0;
-		struct hs_switch_stack *e = bpf_map_lookup_elem(&switch_scratch, &zero);
-		if (!e)
+		struct hs_switch_stack_copy *c = bpf_map_lookup_elem(&switch_scratch, &zero);
+		if (!c)
 			return 0;
+		struct hs_switch_stack *e = &c->s;
 		e->sw.h.ts = bpf_ktime_get_boot_ns();
 		e->sw.h.kind = HS_KIND_SWITCH_STACK;
 		e->sw.h.cpu = bpf_get_smp_processor_id();
@@ -83,7 +88,16 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 		__u64 size = __builtin_offsetof(struct hs_switch_stack, stack.ips) + filled;
 		if (size > sizeof(*e))
 			size = sizeof(*e);
-		HS_OUTPUT(sched_events, sched_lost, e, size, HS_KIND_SWITCH_STACK);
+		if (copy_user_stack && e->stack.user_frames > 0 &&
+		    hs_copy_user_stack(&c->regs, c->copy, HS_SWITCH_STACK_COPY,
+				       HS_SWITCH_COPY_MIN)) {
+			e->sw.h.kind = HS_KIND_SWITCH_STACK_COPY;
+			size = __builtin_offsetof(struct hs_switch_stack_copy, copy) +
+			       c->regs.copy_bytes;
+			if (size > sizeof(*c))
+				size = sizeof(*c);
+		}
+		HS_OUTPUT(sched_events, sched_lost, c, size, HS_KIND_SWITCH_STACK);
 		return 0;
 	}
 	struct hs_switch *e =
@@ -263,4 +277,5 @@ struct hs_fork hs_anchor_fork = {};
 struct hs_exec hs_anchor_exec = {};
 struct hs_exit hs_anchor_exit = {};
 struct hs_switch_stack hs_anchor_switch_stack = {};
+struct hs_switch_stack_copy hs_anchor_switch_stack_copy = {};
 enum hs_kind hs_anchor_kind = HS_KIND_SWITCH;

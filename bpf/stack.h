@@ -8,6 +8,7 @@
 #define HINDSIGHT_STACK_H
 
 #include "emit.h"
+#include <bpf/bpf_core_read.h>
 
 #define HS_STACK_BYTES (HS_STACK_DEPTH * sizeof(__u64))
 
@@ -34,6 +35,46 @@ static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s, __u64 
 	s->kernel_frames = kernel_frames;
 	s->user_frames = user_frames;
 	return (kernel_frames + user_frames) * sizeof(__u64);
+}
+
+#define HS_PAGE 4096
+
+/*
+ * Fills `regs` with the current task's user registers (saved on entry to
+ * the kernel, whether it entered by an interrupt or a system call) and
+ * copies its user stack from the stack pointer up into `copy` (`max`
+ * bytes long): the rest of that page, then whole pages while fewer than
+ * `min` bytes are copied and more fit, up to the first page that cannot
+ * be read (the top of the stack). Page by page, because one read that runs
+ * past the stack's end fails whole. Returns the bytes copied (also in
+ * regs->copy_bytes); `max` and `min` are constants.
+ */
+static __always_inline __u32 hs_copy_user_stack(struct hs_user_regs *regs, __u8 *copy,
+						__u32 max, __u32 min)
+{
+	struct pt_regs *user = bpf_task_pt_regs(bpf_get_current_task_btf());
+	regs->ip = BPF_CORE_READ(user, ip);
+	regs->sp = BPF_CORE_READ(user, sp);
+	regs->bp = BPF_CORE_READ(user, bp);
+	regs->copy_bytes = 0;
+	__u64 sp = regs->sp;
+	__u64 first = HS_PAGE - (sp & (HS_PAGE - 1));
+	if (first > HS_PAGE || first > max)
+		return 0;
+	if (bpf_probe_read_user(copy, first, (const void *)sp))
+		return 0;
+	__u32 copied = first;
+#pragma unroll
+	for (int page = 0; page < HS_STACK_COPY / HS_PAGE - 1; page++) {
+		__u64 at = first + (__u64)page * HS_PAGE;
+		if (at >= min || at + HS_PAGE > max)
+			break;
+		if (bpf_probe_read_user(&copy[at], HS_PAGE, (const void *)(sp + at)))
+			break;
+		copied = at + HS_PAGE;
+	}
+	regs->copy_bytes = copied;
+	return copied;
 }
 
 /*

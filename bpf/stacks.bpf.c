@@ -14,7 +14,6 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "stack.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -44,34 +43,6 @@ struct {
 	__type(value, struct hs_sample_copy);
 } sample_scratch SEC(".maps");
 
-#define HS_PAGE 4096
-
-/*
- * Copies the user stack from `sp` up into e->copy: the rest of sp's page,
- * then whole pages until HS_STACK_COPY or the first page that cannot be
- * read (the top of the stack). Page by page, because one read that runs
- * past the stack's end fails whole.
- */
-static __always_inline __u32 hs_copy_user_stack(struct hs_sample_copy *e, __u64 sp)
-{
-	__u64 first = HS_PAGE - (sp & (HS_PAGE - 1));
-	if (first > HS_PAGE)
-		return 0;
-	if (bpf_probe_read_user(e->copy, first, (const void *)sp))
-		return 0;
-	__u32 copied = first;
-#pragma unroll
-	for (int page = 0; page < HS_STACK_COPY / HS_PAGE - 1; page++) {
-		__u64 at = first + (__u64)page * HS_PAGE;
-		if (at + HS_PAGE > HS_STACK_COPY)
-			break;
-		if (bpf_probe_read_user(&e->copy[at], HS_PAGE, (const void *)(sp + at)))
-			break;
-		copied = at + HS_PAGE;
-	}
-	return copied;
-}
-
 SEC("perf_event")
 int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 {
@@ -96,18 +67,12 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 	/* A thread with a user stack (not a kernel thread): its user
 	 * registers are the ones saved on entry to the kernel, whether the
 	 * tick interrupted it in user mode or in a system call. */
-	if (copy_user_stack && e->stack.user_frames > 0) {
-		struct pt_regs *regs = bpf_task_pt_regs(bpf_get_current_task_btf());
-		c->ip = BPF_CORE_READ(regs, ip);
-		c->sp = BPF_CORE_READ(regs, sp);
-		c->bp = BPF_CORE_READ(regs, bp);
-		c->copy_bytes = hs_copy_user_stack(c, c->sp);
-		if (c->copy_bytes > 0) {
-			e->h.kind = HS_KIND_SAMPLE_COPY;
-			size = __builtin_offsetof(struct hs_sample_copy, copy) + c->copy_bytes;
-			if (size > sizeof(*c))
-				size = sizeof(*c);
-		}
+	if (copy_user_stack && e->stack.user_frames > 0 &&
+	    hs_copy_user_stack(&c->regs, c->copy, HS_STACK_COPY, HS_STACK_COPY)) {
+		e->h.kind = HS_KIND_SAMPLE_COPY;
+		size = __builtin_offsetof(struct hs_sample_copy, copy) + c->regs.copy_bytes;
+		if (size > sizeof(*c))
+			size = sizeof(*c);
 	}
 	HS_OUTPUT(stack_events, stack_lost, c, size, HS_KIND_SAMPLE);
 	return 0;

@@ -346,22 +346,34 @@ pub struct SchedProbes<'obj> {
     pub skipped: Vec<String>,
 }
 
+/// Whether switches carry the leaving task's stacks (`--off-cpu-stacks`),
+/// and whether its user stack is unwound from a copy (`--unwind dwarf`)
+/// or walked by frame pointers alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffCpuStacks {
+    No,
+    FramePointers,
+    Unwound,
+}
+
 /// Opens, loads and attaches the `sched` programs. A tracepoint this
 /// kernel lacks is skipped with a warning; the rest keep recording.
 pub fn load_sched<'obj>(
     object: &'obj mut MaybeUninit<OpenObject>,
     ring_size: u32,
-    off_cpu_stacks: bool,
+    off_cpu_stacks: OffCpuStacks,
     catalog: &TracepointCatalog,
 ) -> anyhow::Result<SchedProbes<'obj>> {
     let mut open = sched::SchedSkelBuilder::default()
         .open(object)
         .context("opening the sched BPF object")?;
-    open.maps
+    let rodata = open
+        .maps
         .rodata_data
         .as_deref_mut()
-        .context("the sched BPF object has no .rodata")?
-        .off_cpu_stacks = off_cpu_stacks;
+        .context("the sched BPF object has no .rodata")?;
+    rodata.off_cpu_stacks = off_cpu_stacks != OffCpuStacks::No;
+    rodata.copy_user_stack = off_cpu_stacks == OffCpuStacks::Unwound;
     open.maps
         .sched_events
         .set_max_entries(ring_size)

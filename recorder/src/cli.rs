@@ -123,11 +123,11 @@ pub struct Args {
     #[arg(long, value_name = "HZ", default_value_t = 49, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub frequency: u32,
 
-    /// With --events cpu: how user stacks are walked. `dwarf` (the default) copies the
-    /// top of the user stack with each sample and unwinds it in the recorder by the
-    /// modules' .eh_frame, so code built without frame pointers (most of Debian,
-    /// libc included) keeps its callers; `fp` follows frame pointers only, as
-    /// `perf record -g` does. Off-CPU stacks (--off-cpu-stacks) always follow frame pointers.
+    /// How user stacks (of CPU samples, and of --off-cpu-stacks) are walked. `dwarf`
+    /// (the default) copies the top of the user stack with each one and unwinds it in
+    /// the recorder by the modules' .eh_frame, so code built without frame pointers
+    /// (most of Debian, libc included) keeps its callers; `fp` follows frame pointers
+    /// only, as `perf record -g` does.
     #[arg(long, value_name = "HOW", default_value = "dwarf", value_parser = ["dwarf", "fp"])]
     pub unwind: String,
 

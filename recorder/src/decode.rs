@@ -13,9 +13,10 @@ use crate::{
         faults::types::hs_fault,
         numa::types::{hs_migrate_reason, hs_numa, hs_numa_event},
         sched::types::{
-            hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack, hs_wakeup,
+            hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack,
+            hs_switch_stack_copy, hs_wakeup,
         },
-        stacks::types::{hs_sample, hs_sample_copy},
+        stacks::types::{hs_sample, hs_sample_copy, hs_user_regs},
         tasks::types::hs_task_exit,
     },
     procfs::join_argv,
@@ -36,6 +37,7 @@ unsafe impl Plain for hs_exit {}
 unsafe impl Plain for hs_fault {}
 unsafe impl Plain for hs_numa {}
 unsafe impl Plain for hs_sample {}
+unsafe impl Plain for hs_user_regs {}
 unsafe impl Plain for hs_switch_stack {}
 unsafe impl Plain for hs_task_exit {}
 
@@ -56,7 +58,8 @@ const _: () = assert!(size_of::<hs_task_exit>() == 152);
 /// Bytes before the stack addresses of a sample and of a switch with its
 /// stack: the part always sent; the addresses follow as far as filled.
 const SAMPLE_FIXED: usize = std::mem::offset_of!(hs_sample, stack.ips);
-const SAMPLE_COPY_FIXED: usize = std::mem::offset_of!(hs_sample_copy, copy);
+const SAMPLE_REGS_AT: usize = std::mem::offset_of!(hs_sample_copy, regs);
+const SWITCH_REGS_AT: usize = std::mem::offset_of!(hs_switch_stack_copy, regs);
 const SWITCH_STACK_FIXED: usize = std::mem::offset_of!(hs_switch_stack, stack.ips);
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -79,7 +82,7 @@ pub fn table_of_kind(kind: u32) -> &'static str {
         hs_kind::HS_KIND_NUMA => "numa_event",
         hs_kind::HS_KIND_CACHE => "page_cache",
         hs_kind::HS_KIND_SAMPLE | hs_kind::HS_KIND_SAMPLE_COPY => "cpu_sample",
-        hs_kind::HS_KIND_SWITCH_STACK => "sched_switch",
+        hs_kind::HS_KIND_SWITCH_STACK | hs_kind::HS_KIND_SWITCH_STACK_COPY => "sched_switch",
         hs_kind::HS_KIND_TASK_EXIT => "task_stat",
         _ => "unknown",
     }
@@ -121,6 +124,26 @@ pub fn split_stack(
     let k = (kernel_frames as usize).min(available);
     let u = (user_frames as usize).min(available - k);
     (&ips[..k], &ips[k..k + u])
+}
+
+/// The user registers at `regs_at` in a record of `kind` that carries a
+/// copy of the user stack, and the copy after them.
+fn stack_copy(data: &[u8], kind: u32, regs_at: usize) -> Result<StackCopy<'_>, DecodeError> {
+    let copy_at = regs_at + size_of::<hs_user_regs>();
+    if data.len() < copy_at {
+        return Err(DecodeError::Short {
+            kind,
+            len: data.len(),
+        });
+    }
+    let regs: hs_user_regs = truncated(&data[regs_at..], kind, size_of::<hs_user_regs>())?;
+    let end = data.len().min(copy_at + regs.copy_bytes as usize);
+    Ok(StackCopy {
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: regs.bp,
+        bytes: &data[copy_at..end],
+    })
 }
 
 /// Appends one `cpu_sample` row.
@@ -368,30 +391,11 @@ impl Decoder {
                 push_sample(ts, &e, !kernel.is_empty(), stack_id, rows);
             }
             hs_kind::HS_KIND_SAMPLE_COPY => {
-                if data.len() < SAMPLE_COPY_FIXED {
-                    return Err(DecodeError::Short {
-                        kind,
-                        len: data.len(),
-                    });
-                }
+                let copy = stack_copy(data, kind, SAMPLE_REGS_AT)?;
                 let e: hs_sample = truncated(data, kind, SAMPLE_FIXED)?;
                 let s = &e.stack;
                 let (kernel, user) =
                     split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
-                let word = |field: usize| {
-                    u64::from_ne_bytes(data[field..field + 8].try_into().expect("8 bytes"))
-                };
-                let copy_bytes = u32::from_ne_bytes(
-                    data[std::mem::offset_of!(hs_sample_copy, copy_bytes)..][..4]
-                        .try_into()
-                        .expect("4 bytes"),
-                ) as usize;
-                let copy = StackCopy {
-                    ip: word(std::mem::offset_of!(hs_sample_copy, ip)),
-                    sp: word(std::mem::offset_of!(hs_sample_copy, sp)),
-                    bp: word(std::mem::offset_of!(hs_sample_copy, bp)),
-                    bytes: &data[SAMPLE_COPY_FIXED..data.len().min(SAMPLE_COPY_FIXED + copy_bytes)],
-                };
                 let stack_id = stacks.intern_copied(
                     e.pid,
                     kernel,
@@ -401,6 +405,22 @@ impl Decoder {
                     &mut rows.frame,
                 );
                 push_sample(ts, &e, !kernel.is_empty(), stack_id, rows);
+            }
+            hs_kind::HS_KIND_SWITCH_STACK_COPY => {
+                let copy = stack_copy(data, kind, SWITCH_REGS_AT)?;
+                let e: hs_switch_stack = truncated(data, kind, SWITCH_STACK_FIXED)?;
+                let s = &e.stack;
+                let (kernel, user) =
+                    split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
+                let stack_id = stacks.intern_copied(
+                    e.sw.prev_pid,
+                    kernel,
+                    user,
+                    &copy,
+                    &mut rows.stack,
+                    &mut rows.frame,
+                );
+                push_switch(ts, &e.sw, rows, stack_id);
             }
             hs_kind::HS_KIND_SWITCH_STACK => {
                 let e: hs_switch_stack = truncated(data, kind, SWITCH_STACK_FIXED)?;

@@ -308,7 +308,7 @@ fn every_programs_skipped_runs_can_be_read() {
     let catalog = TracepointCatalog::load().unwrap();
     let mut objects: [MaybeUninit<_>; 6] = std::array::from_fn(|_| MaybeUninit::uninit());
     let [sched, faults, numa, cache, tasks, samples] = &mut objects;
-    let sched = load_sched(sched, 1 << 20, true, &catalog).unwrap();
+    let sched = load_sched(sched, 1 << 20, crate::bpf::OffCpuStacks::Unwound, &catalog).unwrap();
     let faults = load_faults(faults, 1 << 20, 1, &catalog).unwrap();
     let numa = load_numa(numa, 1 << 16, &catalog).unwrap();
     let cache = load_cache(cache, &catalog).unwrap();

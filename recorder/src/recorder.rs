@@ -269,7 +269,10 @@ pub fn kernel_support() -> Option<Vec<GroupSupport>> {
     let mut object = MaybeUninit::uninit();
     support.push((
         "sched",
-        outcome(bpf::load_sched(&mut object, RING, false, &catalog).map(|p| p.skipped)),
+        outcome(
+            bpf::load_sched(&mut object, RING, bpf::OffCpuStacks::Unwound, &catalog)
+                .map(|p| p.skipped),
+        ),
     ));
     let mut object = MaybeUninit::uninit();
     support.push((
@@ -777,7 +780,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             bpf::load_sched(
                 &mut sched_object,
                 config.ring_size,
-                config.off_cpu_stacks,
+                match (config.off_cpu_stacks, config.unwind_dwarf) {
+                    (false, _) => bpf::OffCpuStacks::No,
+                    (true, false) => bpf::OffCpuStacks::FramePointers,
+                    (true, true) => bpf::OffCpuStacks::Unwound,
+                },
                 catalog,
             ),
             &mut refused,

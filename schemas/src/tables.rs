@@ -400,7 +400,7 @@ pub static FRAME: Table = Table {
           per recording, in the chunk where it was first seen (possibly a later chunk than its stacks); readers deduplicate \
           by `frame_id`. User stacks of CPU samples are unwound by the modules' `.eh_frame` (`--unwind dwarf`, the default; \
           `sample_unwind` in recording.json), so code built without frame pointers keeps its callers; off-CPU stacks \
-          (`--off-cpu-stacks`) follow frame pointers only, and code built without them gives short user stacks there.",
+          (`--off-cpu-stacks`) are unwound from a smaller copy (up to 8 KiB) and completed by frame pointers.",
     sort_key: &["frame_id"],
     columns: &[
         col("frame_id", Int64, "", "A stable 64-bit hash of the frame's identity: kind, module (build id, else path) and file offset for user frames; the address for kernel frames."),
