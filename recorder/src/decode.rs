@@ -962,6 +962,8 @@ mod tests {
 mod stack_tests {
     use arrow::{array::AsArray, datatypes::Int64Type};
 
+    use std::mem::offset_of;
+
     use super::*;
     use crate::stacks::{anon_frame_id, kernel_frame_id, stack_id};
 
@@ -1020,5 +1022,50 @@ mod stack_tests {
         assert!(decoder
             .decode_with_stacks(&data[..30], &mut rows, &mut interner)
             .is_err());
+    }
+
+    #[test]
+    fn a_sample_with_a_stack_copy_falls_back_to_its_walk_where_it_cannot_unwind() {
+        let mut e = hs_sample_copy::default();
+        let header = hs_header {
+            ts: 1_000,
+            kind: hs_kind::HS_KIND_SAMPLE_COPY.0,
+            cpu: 0,
+        };
+        e.s.h = *plain::from_bytes(unsafe { plain::as_bytes(&header) }).unwrap();
+        e.s.tid = 11;
+        e.s.pid = 10;
+        e.s.stack.user_frames = 2;
+        e.s.stack.ips[..2].copy_from_slice(&[0x4000, 0x5000]);
+        e.regs.ip = 0x4000;
+        e.regs.sp = 0x7000_0000;
+        e.regs.copy_bytes = 64;
+        // The copy travels as far as it is filled, the sample whole.
+        let data = unsafe { plain::as_bytes(&e) }[..offset_of!(hs_sample_copy, copy) + 64].to_vec();
+        let mut rows = AllRows::default();
+        let (tx, _rx) = std::sync::mpsc::sync_channel(16);
+        let root = tempfile::tempdir().unwrap(); // no maps: nothing to unwind by
+        let mut interner = StackInterner::new(root.path(), tx);
+        let decoder = Decoder::new(ClockOffset {
+            at_boot_ns: 0,
+            offset_ns: 0,
+        });
+        decoder
+            .decode_with_stacks(&data, &mut rows, &mut interner)
+            .unwrap();
+        let batch = rows.cpu_sample.finish();
+        let ids = batch.column(5).as_primitive::<Int64Type>();
+        let walked = stack_id(&[anon_frame_id(10, 0x4000), anon_frame_id(10, 0x5000)]);
+        assert_eq!(ids.value(0), walked);
+        assert!(!batch.column(6).as_boolean().value(0), "user mode");
+        // Cut inside the registers: an error, not a panic.
+        let cut = SAMPLE_REGS_AT + 8;
+        assert!(decoder
+            .decode_with_stacks(&data[..cut], &mut rows, &mut interner)
+            .is_err());
+        // A copy shorter than it says: unwound as far as it goes.
+        assert!(decoder
+            .decode_with_stacks(&data[..data.len() - 32], &mut rows, &mut interner)
+            .is_ok());
     }
 }
