@@ -331,7 +331,13 @@ impl StackInterner {
                 })
                 .collect();
             let unwinder = self.unwinders.for_process(files);
-            // Reading a module may have started the modules over.
+            if self.unwinders.generation != generation {
+                // The modules started over to stay in their budget: the
+                // unwinders built before hold the old ones' sections.
+                for process in self.processes.values_mut() {
+                    process.unwinder = None;
+                }
+            }
             let built = (self.unwinders.generation, unwinder);
             if let Some(process) = self.processes.get_mut(&pid) {
                 process.unwinder = Some(built);

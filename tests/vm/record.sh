@@ -8,7 +8,10 @@ repo="$1"
 uname -r >uname
 "$repo/target/release/hindsight-record" --list-events >list-events.txt 2>&1
 . "$repo/tests/vm/recorder.sh"
-start_recorder "$repo"
+# The defaults, with CPU samples and off-CPU stacks: every BPF program
+# (and its copy of the user stack) must pass this kernel's verifier.
+# Each switch then carries up to 8 KiB of stack: a ring to hold them all.
+start_recorder "$repo" --events sched,counters,tasks,numa,cache,cpu --off-cpu-stacks --ring-size 64M
 "$repo/target/debug/hs-pingpong" --rounds 2000 --pairs 1 >pingpong.json
 sleep 2
 stop_recorder

@@ -109,6 +109,21 @@ fn records_on(series: &str) {
         "SELECT CAST(COALESCE(SUM(lost), 0) AS BIGINT) AS n FROM loss WHERE source NOT LIKE 'late:%'",
     );
     assert_eq!(lost, 0, "no event lost on an idle guest");
+    // Its off-CPU stacks (with copies of the user stack) loaded on this
+    // kernel: every switch of the ping-pong carries one. (Their user
+    // frames are not checked: the emulated guest drains the ring after the
+    // short children have exited, too late to read their memory maps.)
+    let with_stacks = sql(
+        &rec,
+        &format!(
+            "SELECT count(*) AS n, count(stack_id) AS stacks FROM sched_switch WHERE prev_tid = {}",
+            truth["children"][0]["tid"]
+        ),
+    );
+    assert_eq!(
+        with_stacks[0]["n"], with_stacks[0]["stacks"],
+        "switches with a stack on {kernel}"
+    );
     // What this kernel lacks is said once and kept in the recording.
     let meta = json(&rec.join("recording.json"));
     let session = meta["sessions"].as_array().unwrap().last().unwrap().clone();
