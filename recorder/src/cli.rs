@@ -119,7 +119,8 @@ pub struct Args {
     pub fault_sample: u32,
 
     /// With --events cpu: samples per second of CPU time, on every CPU (1-10000;
-    /// each sample costs a kernel and a user stack walk, a few microseconds).
+    /// each sample costs the recorder 5.0 µs of CPU to unwind, 2.0 µs with --unwind fp,
+    /// BENCHMARKS.md).
     #[arg(long, value_name = "HZ", default_value_t = 49, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub frequency: u32,
 
@@ -132,9 +133,9 @@ pub struct Args {
     pub unwind: String,
 
     /// With --events sched: record the stack of every thread leaving a CPU
-    /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: a stack
-    /// walk on every context switch adds 2.25-5.95 µs to the switch and 3.45-3.67 µs
-    /// of recorder CPU per event (BENCHMARKS.md).
+    /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: on a
+    /// switch storm, a stack on every switch added 3.49 µs to the switch and 4.35 µs
+    /// of recorder CPU per event (1.74 µs and 1.55 µs with --unwind fp; BENCHMARKS.md).
     #[arg(long)]
     pub off_cpu_stacks: bool,
 
