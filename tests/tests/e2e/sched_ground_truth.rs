@@ -207,7 +207,24 @@ fn wakeups_name_the_thread_that_woke_them_not_the_idle_task() {
         );
         let n = rows[0]["n"].as_i64().unwrap();
         let by_partner = rows[0]["by_partner"].as_i64().unwrap();
-        assert!(n >= 10_000, "{n} wakeups of {me}");
+        let voluntary = truth["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["tid"].as_i64() == Some(me))
+            .unwrap()["voluntary"]
+            .as_i64()
+            .unwrap();
+        // Every time it blocked it was woken, but for its last switch, the
+        // dead task's (counted voluntary by the kernel). How often a child
+        // blocks depends on where the two ran: 9,816 to 13,470 of 20,000
+        // rounds in six runs here, so no fixed bound holds.
+        assert_eq!(
+            n,
+            voluntary - 1,
+            "wakeups of {me}, of its {voluntary} voluntary switches"
+        );
+        assert!(n >= 1_000, "{n} wakeups of {me}");
         eprintln!(
             "wakers: {by_partner} of {n} wakeups of {me} ({:.2} %) name its partner",
             100.0 * by_partner as f64 / n as f64
