@@ -92,6 +92,24 @@ fn weight_of(lines: &[(String, i64)], function: &str) -> i64 {
         .sum()
 }
 
+/// The samples of a workload's on-CPU stacks against the CPU time the
+/// kernel charged it (`truth`'s `cpu_ticks` from /proc/self/stat) at
+/// FREQUENCY: within 15 %. Returns (samples, expected).
+fn assert_samples_match_cpu_time(
+    on_cpu: &[(String, i64)],
+    truth: &serde_json::Value,
+) -> (i64, f64) {
+    let cpu_seconds =
+        truth["cpu_ticks"].as_f64().unwrap() / truth["ticks_per_second"].as_f64().unwrap();
+    let expected = f64::from(FREQUENCY) * cpu_seconds;
+    let samples: i64 = on_cpu.iter().map(|(_, w)| w).sum();
+    assert!(
+        (samples as f64 / expected - 1.0).abs() <= 0.15,
+        "{samples} samples for {cpu_seconds} s of CPU at {FREQUENCY} Hz (want {expected:.0} ± 15 %)"
+    );
+    (samples, expected)
+}
+
 /// The stack ids of `pid`'s samples, per `cpu_sample` file.
 fn stack_ids_per_file(rec: &Path, pid: i64) -> Vec<HashSet<i64>> {
     let mut files = Vec::new();
@@ -171,15 +189,7 @@ fn stacks_of_a_process_that_exited_are_named_and_weighed() {
         (ratio / 3.0 - 1.0).abs() <= 0.15,
         "samples in burn_three_parts : burn_one_part = {three} : {one} = {ratio:.2}, want 3 ± 15 %"
     );
-    // Ground truth: the CPU time the kernel charged the process.
-    let cpu_seconds =
-        truth["cpu_ticks"].as_f64().unwrap() / truth["ticks_per_second"].as_f64().unwrap();
-    let expected = f64::from(FREQUENCY) * cpu_seconds;
-    let samples: i64 = on_cpu.iter().map(|(_, w)| w).sum();
-    assert!(
-        (samples as f64 / expected - 1.0).abs() <= 0.15,
-        "{samples} samples for {cpu_seconds} s of CPU at {FREQUENCY} Hz (want {expected:.0} ± 15 %)"
-    );
+    let (samples, expected) = assert_samples_match_cpu_time(&on_cpu, &truth);
 
     let off_cpu = folded(&rec, &["--off-cpu", "--pid", &pid_flag]);
     let asleep = weight_of(&off_cpu, "sleep_in_named_function");
@@ -660,15 +670,7 @@ fn code_without_frame_pointers_is_unwound_to_main() {
             .any(|(s, _)| s.contains("_start;") && s.contains(";main;hb_hot_alpha")),
         "a whole stack from _start to hb_hot_alpha: {on_cpu:?}"
     );
-    // Ground truth for the count: the CPU time the kernel charged it.
-    let cpu_seconds =
-        truth["cpu_ticks"].as_f64().unwrap() / truth["ticks_per_second"].as_f64().unwrap();
-    let expected = f64::from(FREQUENCY) * cpu_seconds;
-    let samples: i64 = on_cpu.iter().map(|(_, w)| w).sum();
-    assert!(
-        (samples as f64 / expected - 1.0).abs() <= 0.15,
-        "{samples} samples for {cpu_seconds} s of CPU at {FREQUENCY} Hz (want {expected:.0} ± 15 %)"
-    );
+    assert_samples_match_cpu_time(&on_cpu, &truth);
     // Its naps, in libc's nanosleep, under the function that slept.
     assert!(
         (napped as f64 / slept as f64 - 1.0).abs() <= 0.15,
