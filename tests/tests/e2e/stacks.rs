@@ -31,8 +31,8 @@ fn build_workload_as(dir: &Path, metadata: &str) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/hs_stacks.rs");
     let exe = dir.join("hs-stacks");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out = run(Command::new(rustc)
-        .args([
+    compile(
+        Command::new(rustc).args([
             "--edition",
             "2021",
             "-C",
@@ -43,9 +43,16 @@ fn build_workload_as(dir: &Path, metadata: &str) -> PathBuf {
             &format!("metadata={metadata}"),
             "-g",
             "-o",
-        ])
-        .arg(&exe)
-        .arg(&source));
+        ]),
+        &source,
+        exe,
+    )
+}
+
+/// Runs `compiler` (its flags given, ending in `-o`) on `source` into
+/// `exe`, which it returns; a failed compile fails the test with its output.
+fn compile(compiler: &mut Command, source: &Path, exe: PathBuf) -> PathBuf {
+    let out = run(compiler.arg(&exe).arg(source));
     assert!(
         out.status.success(),
         "compiling {}: {}",
@@ -575,18 +582,11 @@ fn one_binary_in_many_mount_namespaces_is_opened_once() {
 /// optimized, without frame pointers.
 fn build_c_without_frame_pointers(dir: &Path) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_omit_fp.c");
-    let exe = dir.join("hb-omit-fp");
-    let out = run(Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-g", "-o"])
-        .arg(&exe)
-        .arg(&source));
-    assert!(
-        out.status.success(),
-        "compiling {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    compile(
+        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
+        &source,
+        dir.join("hb-omit-fp"),
+    )
 }
 
 /// The share of `lines`' weight whose stack holds `function`.
