@@ -269,6 +269,115 @@ pub fn load_address(segments: &[LoadSegment], offset: u64) -> Option<u64> {
         .map(|s| offset - s.offset + s.address)
 }
 
+/// The sections that hold PLT stubs: the few instructions through which a
+/// call into another module jumps.
+fn is_plt(name: &[u8]) -> bool {
+    matches!(name, b".plt" | b".plt.sec" | b".plt.got")
+}
+
+/// The file ranges of `module`'s PLT sections (empty when it has none, or
+/// when it is not an x86-64 ELF file, whose stubs [`plt_stub_name`] reads).
+pub fn plt_ranges(module: &Path) -> Vec<std::ops::Range<u64>> {
+    const EM_X86_64: u16 = 62;
+    let Ok(file) = File::open(module) else {
+        return Vec::new();
+    };
+    match read_at(&file, 0, 64) {
+        Ok(header) if header.len() == 64 && u16_at(&header, 0x12) == EM_X86_64 => {}
+        _ => return Vec::new(),
+    }
+    sections(&file)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| is_plt(&s.name) && s.size > 0)
+        .map(|s| s.offset..s.offset + s.size)
+        .collect()
+}
+
+/// The name of the x86-64 PLT stub at file `offset` of `module`, as
+/// objdump and perf give it: `target@plt`. Symbol tables do not cover
+/// stubs, so without this a sample in one (libc calls its own `memcpy`
+/// through one) is a frame without a name. The target is the relocation of
+/// the GOT slot the stub jumps through (`jmp *disp32(%rip)`; the lazy stub
+/// of an IBT `.plt` pushes its relocation's index instead); a libc
+/// `IRELATIVE` slot names the `IFUNC` symbol whose resolver it holds, where
+/// objdump says `*ABS*+0x<resolver>` (what is said here too when no
+/// exported symbol has that value). A stub with no relocation (the PLT's
+/// first entry, which runs the lazy binder) is `[plt]`.
+pub fn plt_stub_name(module: &Path, offset: u64) -> Option<String> {
+    const R_X86_64_IRELATIVE: u32 = 37;
+    const STT_GNU_IFUNC: u8 = 10;
+    let file = File::open(module).ok()?;
+    let sections = sections(&file).ok()?;
+    let named = |name: &[u8]| sections.iter().find(|s| s.name == name);
+    let plt = sections
+        .iter()
+        .find(|s| is_plt(&s.name) && s.offset <= offset && offset < s.offset + s.size)?;
+    let entry_size = if plt.name == b".plt.got" { 8 } else { 16 };
+    let entry_start = plt.offset + (offset - plt.offset) / entry_size * entry_size;
+    let code = read_at(&file, entry_start, entry_size).ok()?;
+    let entry_address = plt.address + (entry_start - plt.offset);
+    // (r_offset, r_info, r_addend) of every relocation that can fill a slot.
+    let relocations = |name: &[u8]| -> Vec<(u64, u64, u64)> {
+        named(name)
+            .and_then(|s| section_data(&file, s).ok())
+            .map(|bytes| {
+                bytes
+                    .chunks_exact(24)
+                    .map(|r| (u64_at(r, 0), u64_at(r, 8), u64_at(r, 16)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let jump_slots = relocations(b".rela.plt");
+    let jump = code
+        .windows(2)
+        .position(|w| w == [0xff, 0x25])
+        .filter(|&at| at + 6 <= code.len());
+    let relocation = match jump {
+        Some(at) => {
+            let displacement = i64::from(u32_at(&code, at + 2) as i32);
+            let slot = (entry_address + at as u64 + 6).wrapping_add_signed(displacement);
+            jump_slots
+                .iter()
+                .chain(relocations(b".rela.dyn").iter())
+                .find(|r| r.0 == slot)
+                .copied()
+        }
+        None => code
+            .iter()
+            .position(|&b| b == 0x68)
+            .filter(|&at| at + 5 <= code.len())
+            .and_then(|at| jump_slots.get(u32_at(&code, at + 1) as usize).copied()),
+    };
+    let Some((_, info, addend)) = relocation else {
+        return Some("[plt]".to_owned());
+    };
+    let symbols = named(b".dynsym").and_then(|s| section_data(&file, s).ok());
+    let strings = named(b".dynstr").and_then(|s| section_data(&file, s).ok());
+    let name_at = |symbol: &[u8]| -> Option<String> {
+        let strings = strings.as_deref()?;
+        let start = u32_at(symbol, 0) as usize;
+        let rest = strings.get(start..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    };
+    let symbols = symbols.as_deref().unwrap_or_default();
+    let index = (info >> 32) as usize;
+    let target = if index != 0 {
+        name_at(symbols.chunks_exact(24).nth(index)?)?
+    } else if info as u32 == R_X86_64_IRELATIVE {
+        symbols
+            .chunks_exact(24)
+            .find(|s| s[4] & 0xf == STT_GNU_IFUNC && u64_at(s, 8) == addend)
+            .and_then(name_at)
+            .unwrap_or_else(|| format!("*ABS*+{addend:#x}"))
+    } else {
+        return Some("[plt]".to_owned());
+    };
+    Some(format!("{target}@plt"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,5 +468,61 @@ mod tests {
             }
         }
         assert!(segments >= 2, "{text}");
+    }
+
+    /// Every PLT stub's name against objdump's label for it, in a program
+    /// (symbol relocations) and in libc (mostly `IRELATIVE`, for which the
+    /// `IFUNC` is named where objdump prints `*ABS*+0x<resolver>`).
+    #[test]
+    fn plt_stubs_are_named_as_objdump_names_them() {
+        for module in ["/usr/bin/bash", "/lib/x86_64-linux-gnu/libc.so.6"] {
+            let path = Path::new(module);
+            let ranges = plt_ranges(path);
+            assert!(!ranges.is_empty(), "{module} has a PLT");
+            let out = std::process::Command::new("objdump")
+                .args([
+                    "-d", "-j", ".plt", "-j", ".plt.sec", "-j", ".plt.got", module,
+                ])
+                .output()
+                .expect("objdump runs");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let file = File::open(path).unwrap();
+            let sections = sections(&file).unwrap();
+            let mut checked = 0;
+            for line in text.lines() {
+                // `000000000002f030 <endgrent@plt>:`
+                let Some((address, label)) = line.split_once(" <") else {
+                    continue;
+                };
+                let Some(label) = label.strip_suffix(">:") else {
+                    continue;
+                };
+                let address = u64::from_str_radix(address, 16).unwrap();
+                let section = sections
+                    .iter()
+                    .find(|s| {
+                        is_plt(&s.name) && s.address <= address && address < s.address + s.size
+                    })
+                    .unwrap();
+                // The middle of the stub, as a sample lands.
+                let offset = address - section.address + section.offset + 3;
+                assert!(ranges.iter().any(|r| r.contains(&offset)));
+                let ours = plt_stub_name(path, offset).unwrap();
+                if label.contains("@plt-0x") {
+                    assert_eq!(ours, "[plt]", "{module} {address:#x}");
+                } else if label.starts_with("*ABS*") {
+                    assert!(ours.ends_with("@plt"), "{module} {address:#x}: {ours}");
+                } else {
+                    assert_eq!(ours, label, "{module} {address:#x}");
+                }
+                checked += 1;
+            }
+            assert!(
+                checked > 10,
+                "{module}: {checked} stubs in objdump's output"
+            );
+        }
+        // Code that is not a stub is not named as one.
+        assert_eq!(plt_stub_name(Path::new("/usr/bin/bash"), 0), None);
     }
 }

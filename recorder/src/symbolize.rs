@@ -4,7 +4,8 @@
 //! Frames arrive already identified by module file and offset (see
 //! [`crate::stacks`]), so names come from the file on disk and a process
 //! that exited since it was sampled still gets them. User frames are named
-//! by blazesym from the ELF symbols and DWARF; frames in anonymous memory
+//! by blazesym from the ELF symbols and DWARF (PLT stubs, which no symbol
+//! covers, from their relocations: `memcpy@plt`); frames in anonymous memory
 //! from `/tmp/perf-<pid>.map` (what JITs write for perf), read through the
 //! process's own root and only when it is the process's own regular file
 //! (see [`read_perf_map`]); kernel frames from
@@ -31,7 +32,10 @@ use blazesym::symbolize::{
 };
 
 use crate::{
-    elf::{load_address, load_segments, module_debug_info, DebugInfo, LoadSegment},
+    elf::{
+        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name, DebugInfo,
+        LoadSegment,
+    },
     procfs::self_resident_bytes,
     stacks::FrameRow,
 };
@@ -129,6 +133,8 @@ struct ModuleFacts {
     naming: Naming,
     /// Its `PT_LOAD` program headers (empty when unreadable).
     segments: Vec<LoadSegment>,
+    /// File ranges of its PLT stubs, which no symbol covers.
+    plt: Vec<std::ops::Range<u64>>,
 }
 
 /// Fills in what blazesym knows about `offset` in the ELF file `path`, and
@@ -138,11 +144,11 @@ fn name_user_frame(
     symbolizer: &Symbolizer,
     path: &str,
     offset: u64,
-    module: &ModuleFacts,
+    module_facts: &ModuleFacts,
     row: &mut FrameRow,
 ) {
-    row.elf_address = load_address(&module.segments, offset);
-    let naming = &module.naming;
+    row.elf_address = load_address(&module_facts.segments, offset);
+    let naming = &module_facts.naming;
     let lookup = |file: &Path, dwarf: bool, input: Input<u64>| {
         let mut elf = Elf::new(file);
         elf.debug_syms = dwarf;
@@ -162,6 +168,9 @@ fn name_user_frame(
     // What DWARF or a debug file could not name, the module's own symbol
     // tables may still.
     let Some(sym) = found.or_else(|| lookup(module, false, Input::FileOffset(offset))) else {
+        if module_facts.plt.iter().any(|stubs| stubs.contains(&offset)) {
+            row.function = plt_stub_name(module, offset);
+        }
         return;
     };
     row.function = Some(sym.name.to_string());
@@ -465,8 +474,15 @@ impl Modules {
                 _ => Naming::Symbols,
             };
             let segments = load_segments(Path::new(path)).unwrap_or_default();
-            self.namings
-                .insert(path.to_string(), ModuleFacts { naming, segments });
+            let plt = plt_ranges(Path::new(path));
+            self.namings.insert(
+                path.to_string(),
+                ModuleFacts {
+                    naming,
+                    segments,
+                    plt,
+                },
+            );
         }
         name_user_frame(&self.symbolizer, path, offset, &self.namings[path], row);
         // Idle time counts from the end of the work: parsing a large module
@@ -715,6 +731,22 @@ mod tests {
             function.contains("the_recorder_names_its_own_code"),
             "{function}"
         );
+    }
+
+    #[test]
+    fn a_sample_in_libcs_plt_is_named_after_the_stub_not_left_blank() {
+        // A CPU sample in the few instructions of a stub (libc calling its
+        // own memcpy through one) was the one unnamed libc frame of a run.
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let stub = plt_ranges(Path::new(libc))[0].start + 0x13;
+        let mut row = FrameRow {
+            module: Some(libc.into()),
+            file_offset: Some(stub),
+            ..FrameRow::unnamed(1, false, 0x7f00_0000_0000 + stub, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(libc, None, stub, &mut row);
+        let name = row.function.unwrap_or_default();
+        assert!(name.ends_with("@plt") && name.len() > 4, "{name:?}");
     }
 
     /// A stand-in for the process's resident memory: other tests in this

@@ -239,10 +239,19 @@ fn stacks_of_a_process_that_exited_are_named_and_weighed() {
     );
     let frames = libc[0]["frames"].as_i64().unwrap();
     assert!(frames > 0, "no libc frame in the recording");
+    let unnamed_libc = || {
+        sql(
+            &rec,
+            "SELECT frame_id, any_value(file_offset) AS file_offset, any_value(address) AS address
+             FROM frame WHERE CAST(module AS VARCHAR) LIKE '%/libc.so.6'
+             GROUP BY frame_id HAVING count(function) = 0",
+        )
+    };
     assert_eq!(
         libc[0]["unnamed"].as_i64(),
         Some(0),
-        "{frames} libc frames: {libc:?}"
+        "{frames} libc frames, unnamed: {:?}",
+        unnamed_libc()
     );
     assert!(
         off_cpu.iter().any(|(s, _)| s
