@@ -308,7 +308,16 @@ fn processes_that_end_between_snapshots_have_atop_lines_that_add_up() {
             .iter()
             .filter(|r| r["pid"].as_i64() == Some(pid))
             .collect();
-        assert!(!lines.is_empty(), "no atop line for {json}");
+        if lines.is_empty() {
+            // What the recording holds of it, and what it lost: a final row
+            // the kernel never handed over is a `not_freed` loss.
+            let rows = sql(
+                &rec,
+                &format!("SELECT * FROM task_stat WHERE pid = {pid} ORDER BY ts"),
+            );
+            let losses = sql(&rec, "SELECT * FROM loss");
+            panic!("no atop line for {json}: task_stat rows {rows:?}; losses {losses:?}");
+        }
         // Rates times the seconds they are over give back the amounts.
         let total = |rate: &str, scale: f64| -> f64 {
             lines
