@@ -8,7 +8,9 @@
 //! covers, from their relocations: `memcpy@plt`); frames in anonymous memory
 //! from `/tmp/perf-<pid>.map` (what JITs write for perf), read through the
 //! process's own root and only when it is the process's own regular file
-//! (see [`read_perf_map`]); kernel frames from
+//! (see [`ProcessTmp::read_map`]), again while a frame waits for a name and
+//! once after the process exits (a JVM writes its map as it exits);
+//! kernel frames from
 //! `/proc/kallsyms`, read once. The request queue is bounded: when it is
 //! full the ring thread writes the frame without a name instead of waiting.
 
@@ -287,64 +289,159 @@ const PERF_MAP_REREAD: Duration = Duration::from_secs(1);
 /// MiB; a sparse file of terabytes is someone's trap.
 const MAX_PERF_MAP_FILE: u64 = 64 << 20;
 
-/// The perf map of `pid`: `/tmp/perf-<pid>.map` as the process sees it
-/// (through `<proc_root>/<pid>/root`, so a container's `/tmp`, not the
-/// host's). The recorder runs as root and anyone can write to `/tmp`, so
-/// the map is read only when it is a regular file (a FIFO would block the
-/// symbolizer, and with it the recorder's shutdown) owned by the process's
-/// own user (else it names someone else's code), of at most
-/// [`MAX_PERF_MAP_FILE`] bytes. So a map is read while its process lives:
-/// the frames of a JIT that exited before the symbolizer got to them stay
-/// unnamed. `Ok(None)`: there is no map; `Err`: there is one, refused,
-/// with why.
-fn read_perf_map(proc_root: &Path, pid: u32) -> Result<Option<String>, String> {
-    let process = proc_root.join(pid.to_string());
-    let path = process.join(format!("root/tmp/perf-{pid}.map"));
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+/// JIT frames not named yet, waiting for their process's perf map to
+/// name them (a JVM run with `-XX:+DumpPerfMapAtExit` writes it as it
+/// exits): at most this many, for all processes. Past it a frame stays
+/// unnamed.
+const MAX_PENDING_JIT_FRAMES: usize = 16 * 1024;
+
+/// `openat2(2)`: `name` under the directory `dir`, resolved as `resolve`
+/// says (`RESOLVE_IN_ROOT`: `dir` is `/` for it, absolute links included).
+fn open_under(
+    dir: &std::os::fd::OwnedFd,
+    name: &str,
+    flags: i32,
+    resolve: u64,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: open_how is plain data; zero is "no flags".
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: openat2 reads the NUL-terminated name and the open_how we
+    // own, of the size given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &how as *const libc::open_how,
+            size_of::<libc::open_how>(),
+        )
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let owner = std::fs::metadata(&process).map_or(u32::MAX, |m| m.uid());
-    if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    if meta.uid() != owner {
-        return Err(format!(
-            "{}: owned by uid {}, not by the process's uid {owner}",
-            path.display(),
-            meta.uid()
-        ));
-    }
-    if meta.len() > MAX_PERF_MAP_FILE {
-        return Err(format!(
-            "{}: {} bytes, over {MAX_PERF_MAP_FILE}",
-            path.display(),
-            meta.len()
-        ));
-    }
-    let mut text = String::new();
-    file.by_ref()
-        .take(MAX_PERF_MAP_FILE)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Some(text))
+    // SAFETY: the kernel just gave us this descriptor, and only us.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// The perf maps JIT runtimes write, cached.
+/// A process's own `/tmp`, where JITs write their perf maps: its `/tmp`
+/// as it sees it (a container's, or systemd's `PrivateTmp=`, not the
+/// host's), held open as an `O_PATH` descriptor. That outlives the process
+/// and its mount namespace, so a map written as it exits (a JVM run with
+/// `-XX:+DumpPerfMapAtExit`) is still read, even from a private tmpfs that
+/// went with the namespace. With it: the name the process gives its map
+/// (by its pid in its own pid namespace: a JVM in a container writes
+/// `perf-1.map`), and the user the map must belong to.
+#[derive(Debug)]
+struct ProcessTmp {
+    tmp: std::os::fd::OwnedFd,
+    map_name: String,
+    uid: u32,
+}
+
+impl ProcessTmp {
+    /// `<proc_root>/<pid>`'s `/tmp`, pid-namespace pid and owner; None
+    /// when the process is gone or has no `/tmp`.
+    fn open(proc_root: &Path, pid: u32) -> Option<ProcessTmp> {
+        let process = proc_root.join(pid.to_string());
+        let uid = std::fs::metadata(&process).ok()?.uid();
+        let root: std::os::fd::OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(process.join("root"))
+            .ok()?
+            .into();
+        let tmp = open_under(
+            &root,
+            "tmp",
+            libc::O_PATH | libc::O_DIRECTORY,
+            libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+        )
+        .ok()?;
+        // `NSpid:\t4242\t1`: the last is the pid as the process sees it.
+        let nspid = std::fs::read_to_string(process.join("status"))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+                line.split_whitespace().last()?.parse::<u32>().ok()
+            })
+            .unwrap_or(pid);
+        Some(ProcessTmp {
+            tmp,
+            map_name: format!("perf-{nspid}.map"),
+            uid,
+        })
+    }
+
+    /// The perf map, read only when it is a regular file in that `/tmp`
+    /// itself (no link followed: the recorder runs as root and anyone can
+    /// write to `/tmp`), not a FIFO (which would block the symbolizer, and
+    /// with it the recorder's shutdown), owned by the process's own user
+    /// (else it names someone else's code), of at most
+    /// [`MAX_PERF_MAP_FILE`] bytes. `Ok(None)`: there is no map; `Err`:
+    /// there is one, refused, with why.
+    fn read_map(&self) -> Result<Option<String>, String> {
+        let what = || format!("/tmp/{} (uid {})", self.map_name, self.uid);
+        let fd = match open_under(
+            &self.tmp,
+            &self.map_name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", what())),
+        };
+        let mut file = std::fs::File::from(fd);
+        let meta = file.metadata().map_err(|e| format!("{}: {e}", what()))?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file", what()));
+        }
+        if meta.uid() != self.uid {
+            return Err(format!("{}: owned by uid {}", what(), meta.uid()));
+        }
+        if meta.len() > MAX_PERF_MAP_FILE {
+            return Err(format!(
+                "{}: {} bytes, over {MAX_PERF_MAP_FILE}",
+                what(),
+                meta.len()
+            ));
+        }
+        let mut text = String::new();
+        file.by_ref()
+            .take(MAX_PERF_MAP_FILE)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{}: {e}", what()))?;
+        Ok(Some(text))
+    }
+}
+
+/// What is known of one JIT process's perf map.
+#[derive(Debug)]
+struct JitProcess {
+    /// None when the process was gone before it could be opened.
+    tmp: Option<ProcessTmp>,
+    /// The map's text (None: no map, or refused) and when it was read.
+    text: Option<String>,
+    read_at: Instant,
+    /// Its frames the map did not name yet.
+    pending: Vec<FrameRow>,
+}
+
+/// The perf maps JIT runtimes write, cached, and the JIT frames they have
+/// not named yet: a frame is written unnamed at once and named again when
+/// its map names it, while the process runs or just after it exits
+/// (readers take the named row of a frame).
 struct PerfMaps {
     proc_root: PathBuf,
-    /// Per pid: the text (None: no map, or refused) and when it was read.
-    maps: HashMap<u32, (Option<String>, Instant)>,
-    /// Processes whose map was refused (see [`read_perf_map`]), for the
-    /// recorder's own counters: each once, though a map is read again
+    processes: HashMap<u32, JitProcess>,
+    /// Frames in `pending`, over all processes.
+    pending: usize,
+    /// Processes whose map was refused (see [`ProcessTmp::read_map`]), for
+    /// the recorder's own counters: each once, though a map is read again
     /// (every [`PERF_MAP_REREAD`] while new addresses come).
     refused: Arc<AtomicU64>,
     refused_pids: HashSet<u32>,
@@ -354,53 +451,134 @@ impl PerfMaps {
     fn new(proc_root: &Path, refused: Arc<AtomicU64>) -> Self {
         PerfMaps {
             proc_root: proc_root.to_path_buf(),
-            maps: HashMap::new(),
+            processes: HashMap::new(),
+            pending: 0,
             refused,
             refused_pids: HashSet::new(),
         }
     }
 
-    fn read(&mut self, pid: u32) -> (Option<String>, Instant) {
-        let text = read_perf_map(&self.proc_root, pid).unwrap_or_else(|why| {
-            if self.refused_pids.len() >= MAX_PERF_MAPS {
-                self.refused_pids.clear();
-            }
-            if self.refused_pids.insert(pid) && self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
-                eprintln!("hindsight-record: warning: perf map not read: {why} (counted as recorder/perf_maps_refused)");
-            }
-            None
-        });
-        (text, Instant::now())
+    fn read(&mut self, pid: u32) {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let text = match &process.tmp {
+            Some(tmp) => tmp.read_map().unwrap_or_else(|why| {
+                if self.refused_pids.len() >= MAX_PERF_MAPS {
+                    self.refused_pids.clear();
+                }
+                if self.refused_pids.insert(pid)
+                    && self.refused.fetch_add(1, Ordering::Relaxed) == 0
+                {
+                    eprintln!("hindsight-record: warning: perf map of pid {pid} not read: {why} (counted as recorder/perf_maps_refused)");
+                }
+                None
+            }),
+            None => None,
+        };
+        process.text = text;
+        process.read_at = Instant::now();
+    }
+
+    /// Makes room for one more process: a JIT's map can run to megabytes,
+    /// so a few are kept, not hundreds; those with frames waiting stay
+    /// while any other can go.
+    fn make_room(&mut self) {
+        let held: usize = self
+            .processes
+            .values()
+            .filter_map(|p| p.text.as_ref())
+            .map(String::len)
+            .sum();
+        if self.processes.len() < MAX_PERF_MAPS && held <= MAX_PERF_MAP_BYTES {
+            return;
+        }
+        self.processes.retain(|_, p| !p.pending.is_empty());
+        if self.processes.len() >= MAX_PERF_MAPS {
+            self.processes.clear();
+            self.pending = 0;
+        }
     }
 
     /// The name the map of `pid` gives `address`.
     fn lookup(&mut self, pid: u32, address: u64) -> Option<String> {
         let name_in =
-            |text: &Option<String>| perf_map_lookup(text.as_deref()?, address).map(str::to_string);
-        match self.maps.get(&pid) {
-            Some((text, read_at)) => {
-                let found = name_in(text);
-                if found.is_some() || read_at.elapsed() < PERF_MAP_REREAD {
-                    return found;
-                }
+            |p: &JitProcess| perf_map_lookup(p.text.as_deref()?, address).map(str::to_string);
+        if let Some(process) = self.processes.get(&pid) {
+            let found = name_in(process);
+            if found.is_some() || process.read_at.elapsed() < PERF_MAP_REREAD {
+                return found;
             }
-            None => {
-                // A JIT's map can run to megabytes: keep a few, not hundreds.
-                let held: usize = self
-                    .maps
-                    .values()
-                    .filter_map(|(t, _)| t.as_ref())
-                    .map(String::len)
-                    .sum();
-                if self.maps.len() >= MAX_PERF_MAPS || held > MAX_PERF_MAP_BYTES {
-                    self.maps.clear();
-                }
+        } else {
+            self.make_room();
+            let tmp = ProcessTmp::open(&self.proc_root, pid);
+            self.processes.insert(
+                pid,
+                JitProcess {
+                    tmp,
+                    text: None,
+                    read_at: Instant::now(),
+                    pending: Vec::new(),
+                },
+            );
+        }
+        self.read(pid);
+        name_in(&self.processes[&pid])
+    }
+
+    /// Keeps a JIT frame its map did not name, to name it when the map
+    /// does.
+    fn hold(&mut self, row: &FrameRow) {
+        if self.pending >= MAX_PENDING_JIT_FRAMES {
+            return;
+        }
+        if let Some(process) = self.processes.get_mut(&row.pid) {
+            if process.tmp.is_some() {
+                process.pending.push(row.clone());
+                self.pending += 1;
             }
         }
-        let (text, read_at) = self.read(pid);
-        let found = name_in(&text);
-        self.maps.insert(pid, (text, read_at));
-        found
+    }
+
+    /// Reads again, at most every [`PERF_MAP_REREAD`] (or now, with
+    /// `final_read`, as the recorder stops), the maps of processes with
+    /// frames waiting, and returns the frames they now name. A process
+    /// found gone has its map read once more (what it wrote as it exited)
+    /// and is then let go of.
+    fn name_pending(&mut self, final_read: bool) -> Vec<FrameRow> {
+        let due: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| {
+                !p.pending.is_empty() && (final_read || p.read_at.elapsed() >= PERF_MAP_REREAD)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        let mut named = Vec::new();
+        for pid in due {
+            let gone = !self.proc_root.join(pid.to_string()).exists();
+            self.read(pid);
+            let process = self
+                .processes
+                .get_mut(&pid)
+                .expect("due processes are held");
+            let text = process.text.as_deref().unwrap_or_default();
+            let before = process.pending.len();
+            process.pending.retain_mut(|row| {
+                row.function = perf_map_lookup(text, row.address).map(str::to_string);
+                if row.function.is_some() {
+                    named.push(row.clone());
+                }
+                row.function.is_none()
+            });
+            let mut left = process.pending.len();
+            if gone {
+                self.processes.remove(&pid);
+                left = 0;
+            }
+            self.pending -= before - left;
+        }
+        named
     }
 }
 
@@ -564,10 +742,20 @@ fn run(
     modules.opened = opened;
     // Build ids of the files here that containers' modules may be read from.
     let mut host_ids: HashMap<String, Option<String>> = HashMap::new();
+    // JIT frames named since they were written: sent again, with names.
+    let send_named_jit_frames = |perf_maps: &mut PerfMaps, final_read: bool| {
+        perf_maps
+            .name_pending(final_read)
+            .into_iter()
+            .all(|row| named.send(row).is_ok())
+    };
     loop {
+        if !send_named_jit_frames(&mut perf_maps, false) {
+            return;
+        }
         let received = match queue.try_recv() {
             Ok(row) => Ok(row),
-            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {
                 modules.release_between_bursts();
                 queue.recv_timeout(Duration::from_secs(1))
@@ -576,7 +764,10 @@ fn run(
         let mut row = match received {
             Ok(row) => row,
             Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Disconnected) => {
+                send_named_jit_frames(&mut perf_maps, true);
+                return;
+            }
         };
         if row.kernel {
             if let Some((function, module)) = kallsyms.lookup(row.address) {
@@ -604,6 +795,9 @@ fn run(
             modules.name(&file, build_id.as_deref(), offset, &mut row);
         } else if row.module.is_none() {
             row.function = perf_maps.lookup(row.pid, row.address);
+            if row.function.is_none() {
+                perf_maps.hold(&row);
+            }
         }
         if named.send(row).is_err() {
             return;
@@ -661,8 +855,49 @@ mod tests {
         // text answers; then the file is read again.
         std::fs::write(&path, "1000 10 first\n2000 10 second\n").unwrap();
         assert_eq!(maps.lookup(42, 0x2004), None);
-        maps.maps.get_mut(&42).unwrap().1 -= PERF_MAP_REREAD;
+        maps.processes.get_mut(&42).unwrap().read_at -= PERF_MAP_REREAD;
         assert_eq!(maps.lookup(42, 0x2004).as_deref(), Some("second"));
+    }
+
+    /// A JVM run with `-XX:+DumpPerfMapAtExit` writes its map as it exits:
+    /// its frames, seen while it ran, are named then, through the root
+    /// held open since, though `/proc/<pid>` is gone.
+    #[test]
+    fn a_jit_frame_is_named_by_the_map_its_process_writes_as_it_exits() {
+        let dir = tempfile::tempdir().unwrap();
+        process_tmp(dir.path(), 42);
+        let mut maps = PerfMaps::new(dir.path(), Arc::default());
+        let row = FrameRow::unnamed(7, false, 0x1004, 42);
+        assert_eq!(maps.lookup(42, 0x1004), None);
+        maps.hold(&row);
+        assert!(maps.name_pending(false).is_empty(), "not due, and no map");
+        let exited = dir.path().join("exited");
+        std::fs::rename(dir.path().join("42"), &exited).unwrap();
+        std::fs::write(exited.join("root/tmp/perf-42.map"), "1000 10 jitted\n").unwrap();
+        let named = maps.name_pending(true);
+        assert_eq!(named.len(), 1);
+        assert_eq!(
+            (named[0].frame_id, named[0].function.as_deref()),
+            (7, Some("jitted"))
+        );
+        assert!(maps.processes.is_empty() && maps.pending == 0, "let go of");
+    }
+
+    /// In a pid namespace (a container) the JIT names its map by the pid
+    /// it sees, not the host's.
+    #[test]
+    fn a_containers_jit_map_is_found_by_its_own_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = process_tmp(dir.path(), 4242);
+        std::fs::write(
+            dir.path().join("4242/status"),
+            "Name:\tjava\nNSpid:\t4242\t7\n",
+        )
+        .unwrap();
+        std::fs::write(tmp.join("perf-7.map"), "1000 10 in_container\n").unwrap();
+        std::fs::write(tmp.join("perf-4242.map"), "1000 10 wrong\n").unwrap();
+        let mut maps = PerfMaps::new(dir.path(), Arc::default());
+        assert_eq!(maps.lookup(4242, 0x1004).as_deref(), Some("in_container"));
     }
 
     /// Maps the recorder must not read: a FIFO (reading it would block the
@@ -697,7 +932,7 @@ mod tests {
         assert_eq!(refused.load(Ordering::Relaxed), 4);
         // Read again once PERF_MAP_REREAD has passed: still refused, counted once.
         for pid in 1..=4 {
-            maps.maps.get_mut(&pid).unwrap().1 -= PERF_MAP_REREAD;
+            maps.processes.get_mut(&pid).unwrap().read_at -= PERF_MAP_REREAD;
             assert_eq!(maps.lookup(pid, 0x1008), None, "pid {pid}");
         }
         assert_eq!(refused.load(Ordering::Relaxed), 4);

@@ -697,3 +697,105 @@ fn code_without_frame_pointers_is_unwound_to_main() {
         "with --unwind fp, {napped_fp} ns under hb_nap_here of {slept} ns slept"
     );
 }
+
+/// A real JVM (Debian's OpenJDK) run as a container runs it: in a pid
+/// namespace of its own, where it is pid 1 and so writes
+/// `/tmp/perf-1.map`, and with a `/tmp` of its own, a tmpfs that goes with
+/// its mount namespace. Its two hot methods, compiled by the JIT, are named
+/// from the perf map it writes as it exits (`-XX:+DumpPerfMapAtExit`), in
+/// their 3:1 ratio of work, though it and its `/tmp` are gone before the
+/// recording ends.
+#[test]
+fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let classes = scratch.dir.path().join("classes");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/HbHot.java");
+    let javac = run(Command::new("javac").arg("-d").arg(&classes).arg(&source));
+    assert!(
+        javac.status.success(),
+        "javac: {}",
+        String::from_utf8_lossy(&javac.stderr)
+    );
+    let rec = scratch.rec();
+    let frequency = FREQUENCY.to_string();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", &frequency]);
+    // The class is copied into the new tmpfs, which then covers /tmp.
+    let container = format!(
+        "mount --make-rprivate / && mount -t tmpfs hs-jvm-tmp /mnt && cp {}/HbHot.class /mnt/ \
+         && mount --move /mnt /tmp && exec java -XX:+UnlockDiagnosticVMOptions \
+         -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet '-XX:CompileCommand=dontinline,HbHot::hbHot*' \
+         -cp /tmp HbHot 3",
+        classes.display()
+    );
+    let jvm = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount",
+            "--mount-proc",
+            "sh",
+            "-c",
+            &container,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare runs");
+    // The JVM's pid here: unshare's one child (sh, which execs java).
+    let children = format!("/proc/{0}/task/{0}/children", jvm.id());
+    let mut host_pid = String::new();
+    for _ in 0..100 {
+        host_pid = std::fs::read_to_string(&children)
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if !host_pid.is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = jvm.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && !host_pid.is_empty(),
+        "the JVM (pid {host_pid:?} here): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        truth["pid"], 1,
+        "the JVM is pid 1 in its namespace: {truth}"
+    );
+    // Gone, with its /tmp: the symbolizer reads the map it left each second.
+    thread::sleep(Duration::from_secs(2));
+    recorder.stop();
+
+    let on_cpu = folded(&rec, &["--on-cpu", "--pid", &host_pid]);
+    let weight = |method: &str| -> i64 {
+        on_cpu
+            .iter()
+            .filter(|(stack, _)| stack.split(';').any(|f| f.contains(method)))
+            .map(|(_, w)| w)
+            .sum()
+    };
+    let (alpha, beta) = (weight("HbHot.hbHotAlpha("), weight("HbHot.hbHotBeta("));
+    let ratio = alpha as f64 / beta.max(1) as f64;
+    // The main thread's CPU time, as the JVM read it: nearly all of it in
+    // the two methods, once compiled.
+    let expected = truth["main_thread_cpu_ns"].as_f64().unwrap() / 1e9 * f64::from(FREQUENCY);
+    let share = (alpha + beta) as f64 / expected;
+    eprintln!(
+        "JVM (pid {host_pid}, 1 in its namespace): hbHotAlpha : hbHotBeta = {alpha} : {beta} = {ratio:.2}; \
+         {:.1} % of the main thread's CPU time at {FREQUENCY} Hz",
+        100.0 * share
+    );
+    assert!(
+        (ratio / 3.0 - 1.0).abs() <= 0.2,
+        "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 20 %: {on_cpu:?}"
+    );
+    assert!(
+        (0.8..=1.15).contains(&share),
+        "{} samples name the two methods, {expected:.0} expected from the main thread's CPU time: {on_cpu:?}",
+        alpha + beta
+    );
+}
