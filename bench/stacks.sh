@@ -22,7 +22,16 @@
 # python3; 10-60 ms each) for DURATION seconds, under:
 #   hs-churn    hindsight-record --events cpu (the default 49 Hz)
 #   perf-churn  perf record -F 49 -a -g
-# Per run: samples, bytes on disk for them (hindsight: the cpu_sample,
+# Part 4, JIT code of a real JVM: tests/workloads/HbHot.java (two hot
+# methods given work in 3 : 1) run for DURATION/4 seconds (at least 3)
+# with -XX:+DumpPerfMapAtExit, on the host (`host`) and as a container runs
+# it (`container`: its own pid namespace, where it writes /tmp/perf-1.map,
+# and a private tmpfs /tmp that goes with it), under:
+#   hs-jit-host, hs-jit-container      hindsight-record --events cpu --frequency 499
+#   perf-jit-host, perf-jit-container  perf record -F 499 -a -g (perf report reads maps when it runs)
+# Per run: the JVM's samples whose leaf each tool names as either method,
+# their ratio, and their share of the JVM main thread's CPU time x 499.
+# Per run (part 3): samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
 # of those processes' user frames named (hindsight's frame table; perf
 # script's symbols), the modules hindsight opened
@@ -38,7 +47,7 @@
 # Run as root from anywhere (it builds the release recorder first):
 #   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
 #   bench/stacks.sh -r 3 -d 10 -l 200000
-#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn)
+#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit)
 # Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -k/--keep, --no-build.
 # Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
 set -euo pipefail
@@ -48,7 +57,7 @@ DURATION=${DURATION:-20}
 LOOPS=${LOOPS:-300000}
 KEEP=0
 BUILD=1
-PARTS=sampling,storm,churn
+PARTS=sampling,storm,churn,jit
 
 die() {
     echo "stacks.sh: $*" >&2
@@ -250,6 +259,61 @@ run_churn() {
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
+# Part 4: a JVM's JIT-compiled methods, named or not.
+jit_seconds=$((DURATION / 4 > 3 ? DURATION / 4 : 3))
+jvm() { # host|container: runs the JVM, prints "HOST_PID MAIN_THREAD_CPU_NS"
+    local java="java -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:CompileCommand=quiet"
+    java+=" -XX:CompileCommand=dontinline,HbHot::hbHot*"
+    local out=$tmp/jvm.out pid
+    if [[ $1 == host ]]; then
+        $java -cp "$tmp/classes" HbHot "$jit_seconds" >"$out" &
+        pid=$!
+    else
+        unshare --pid --fork --mount --mount-proc sh -c "mount --make-rprivate / &&
+            mount -t tmpfs hs-jvm-tmp /mnt && cp $tmp/classes/HbHot.class /mnt/ && mount --move /mnt /tmp &&
+            exec $java -cp /tmp HbHot $jit_seconds" >"$out" &
+        local i
+        for ((i = 0; i < 100; i++)); do
+            pid=$(cat "/proc/$!/task/$!/children" 2>/dev/null | tr -d ' ')
+            [[ -n $pid ]] && break
+            sleep 0.02
+        done
+    fi
+    wait $! || die "the JVM failed"
+    echo "$pid $(grep -o '"main_thread_cpu_ns":[0-9]*' "$out" | cut -d: -f2)"
+}
+
+run_jit() {
+    local r=$1 config=$2 out=$tmp/$2-$1 where=${2##*-} jvm_pid cpu_ns alpha beta
+    case $config in
+    hs-*) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu --frequency 499 ;;
+    perf-*) start_tool "$out.err" '' perf record -F 499 -a -g -o "$out.data" ;;
+    esac
+    read -r jvm_pid cpu_ns < <(jvm "$where")
+    sleep 2 # the map written at exit is read within a second
+    stop_tool
+    case $config in
+    hs-*)
+        "$root/target/release/hindsight" flamegraph "$out" --on-cpu --pid "$jvm_pid" >"$out.folded"
+        alpha=$(awk '{ w = $NF; sub(/ [0-9]+$/, ""); n = split($0, f, ";"); if (f[n] ~ /HbHot\.hbHotAlpha\(/) s += w } END { print s + 0 }' "$out.folded")
+        beta=$(awk '{ w = $NF; sub(/ [0-9]+$/, ""); n = split($0, f, ";"); if (f[n] ~ /HbHot\.hbHotBeta\(/) s += w } END { print s + 0 }' "$out.folded")
+        ;;
+    perf-*)
+        perf report -i "$out.data" --pid "$jvm_pid" --no-children --sort sym --stdio -g none \
+            -F sample,sym 2>/dev/null >"$out.leaves"
+        alpha=$(awk '/HbHot\.hbHotAlpha\(/ { s += $1 } END { print s + 0 }' "$out.leaves")
+        beta=$(awk '/HbHot\.hbHotBeta\(/ { s += $1 } END { print s + 0 }' "$out.leaves")
+        ;;
+    esac
+    rm -f "/tmp/perf-$jvm_pid.map"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$config" "$alpha" "$beta" "$cpu_ns" >>"$jit_results"
+    echo "  $r $config alpha=$alpha beta=$beta main_thread_cpu_ns=$cpu_ns" >&2
+    ((KEEP)) || rm -rf "$out" "$out.data" "$out.folded" "$out.leaves"
+}
+JIT_CONFIGS='hs-jit-host perf-jit-host hs-jit-container perf-jit-container'
+jit_results=$tmp/jit.tsv
+printf '#round\tconfig\talpha\tbeta\tmain_thread_cpu_ns\n' >"$jit_results"
+
 part() { [[ ,$PARTS, == *,$1,* ]]; }
 churn_results=$tmp/churn.tsv
 printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pct\tmodules_opened\tlongest_busy_ms\n' >"$churn_results"
@@ -257,6 +321,11 @@ if part churn; then
     head -c $((4 << 20)) /dev/urandom >"$blob"
     seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
     [[ -x $root/target/release/hindsight ]] || echo "no target/release/hindsight: named % and modules opened are not read" >&2
+fi
+if part jit; then
+    command -v javac >/dev/null || apt-get install -y default-jdk-headless
+    [[ -x $root/target/release/hindsight ]] || die "part jit reads hindsight's recordings with target/release/hindsight: build it"
+    javac -d "$tmp/classes" "$root/tests/workloads/HbHot.java"
 fi
 
 load_start=$(cut -d ' ' -f 1-3 /proc/loadavg)
@@ -277,6 +346,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     if part churn; then
         for config in hs-churn perf-churn; do run_churn "$round" "$config"; done
+    fi
+    if part jit; then
+        for config in $JIT_CONFIGS; do run_jit "$round" "$config"; done
     fi
 done
 
@@ -333,10 +405,28 @@ if part churn; then
         echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) | $(cmedian "$c" 10) |"
     done
 fi
+if part jit; then
+    jmedian() { # column N of config C in the JIT results
+        awk -v c="$1" -v n="$2" '$2 == c { print $n }' "$jit_results" | sort -g |
+            awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+    }
+    echo
+    echo "A JVM's JIT-compiled methods (tests/workloads/HbHot.java, work in 3 : 1, ${jit_seconds} s, -XX:+DumpPerfMapAtExit), 499 Hz:"
+    echo
+    echo "| config | samples named hbHotAlpha | named hbHotBeta | ratio | named, % of main thread CPU × 499 |"
+    echo "|---|---:|---:|---:|---:|"
+    for c in $JIT_CONFIGS; do
+        a=$(jmedian "$c" 3)
+        b=$(jmedian "$c" 4)
+        ns=$(jmedian "$c" 5)
+        echo "| $c | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }') | $(awk -v a="$a" -v b="$b" -v ns="$ns" 'BEGIN { if (ns > 0) printf "%.1f", 100 * (a + b) / (ns / 1e9 * 499); else print "-" }') |"
+    done
+fi
 echo
 echo "Raw results (one line per run):"
 echo
 echo '```'
 if part sampling || part storm; then column -t "$results"; fi
 if part churn; then column -t "$churn_results"; fi
+if part jit; then column -t "$jit_results"; fi
 echo '```'
