@@ -381,9 +381,10 @@ impl ProcessTmp {
     /// write to `/tmp`), not a FIFO (which would block the symbolizer, and
     /// with it the recorder's shutdown), owned by the process's own user
     /// (else it names someone else's code), of at most
-    /// [`MAX_PERF_MAP_FILE`] bytes. `Ok(None)`: there is no map; `Err`:
-    /// there is one, refused, with why.
-    fn read_map(&self) -> Result<Option<String>, String> {
+    /// [`MAX_PERF_MAP_FILE`] bytes; not read again while it is the file
+    /// last read (`known`) unchanged. `Err`: there is one, refused, with
+    /// why.
+    fn read_map(&self, known: Option<MapStamp>) -> Result<MapRead, String> {
         let what = || format!("/tmp/{} (uid {})", self.map_name, self.uid);
         let fd = match open_under(
             &self.tmp,
@@ -392,11 +393,15 @@ impl ProcessTmp {
             libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
         ) {
             Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(MapRead::Missing),
             Err(e) => return Err(format!("{}: {e}", what())),
         };
         let mut file = std::fs::File::from(fd);
         let meta = file.metadata().map_err(|e| format!("{}: {e}", what()))?;
+        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
+        if known == Some(stamp) {
+            return Ok(MapRead::Unchanged);
+        }
         if !meta.is_file() {
             return Err(format!("{}: not a regular file", what()));
         }
@@ -415,8 +420,20 @@ impl ProcessTmp {
             .take(MAX_PERF_MAP_FILE)
             .read_to_string(&mut text)
             .map_err(|e| format!("{}: {e}", what()))?;
-        Ok(Some(text))
+        Ok(MapRead::Text(text, stamp))
     }
+}
+
+/// A perf map's inode, size and modification time: a map re-read only
+/// when these change (a JVM's can run to megabytes, and frames its map
+/// never names, such as a bad unwind's, would have it read every second).
+type MapStamp = (u64, u64, i64, i64);
+
+/// What reading a perf map found.
+enum MapRead {
+    Missing,
+    Unchanged,
+    Text(String, MapStamp),
 }
 
 /// What is known of one JIT process's perf map.
@@ -424,8 +441,10 @@ impl ProcessTmp {
 struct JitProcess {
     /// None when the process was gone before it could be opened.
     tmp: Option<ProcessTmp>,
-    /// The map's text (None: no map, or refused) and when it was read.
+    /// The map's text (None: no map, or refused), which file it was, and
+    /// when it was last looked at.
     text: Option<String>,
+    stamp: Option<MapStamp>,
     read_at: Instant,
     /// Its frames the map did not name yet.
     pending: Vec<FrameRow>,
@@ -462,8 +481,15 @@ impl PerfMaps {
         let Some(process) = self.processes.get_mut(&pid) else {
             return;
         };
-        let text = match &process.tmp {
-            Some(tmp) => tmp.read_map().unwrap_or_else(|why| {
+        process.read_at = Instant::now();
+        let Some(tmp) = &process.tmp else {
+            return;
+        };
+        (process.text, process.stamp) = match tmp.read_map(process.stamp) {
+            Ok(MapRead::Unchanged) => return,
+            Ok(MapRead::Text(text, stamp)) => (Some(text), Some(stamp)),
+            Ok(MapRead::Missing) => (None, None),
+            Err(why) => {
                 if self.refused_pids.len() >= MAX_PERF_MAPS {
                     self.refused_pids.clear();
                 }
@@ -472,12 +498,9 @@ impl PerfMaps {
                 {
                     eprintln!("hindsight-record: warning: perf map of pid {pid} not read: {why} (counted as recorder/perf_maps_refused)");
                 }
-                None
-            }),
-            None => None,
+                (None, None)
+            }
         };
-        process.text = text;
-        process.read_at = Instant::now();
     }
 
     /// Makes room for one more process: a JIT's map can run to megabytes,
@@ -517,6 +540,7 @@ impl PerfMaps {
                 JitProcess {
                     tmp,
                     text: None,
+                    stamp: None,
                     read_at: Instant::now(),
                     pending: Vec::new(),
                 },
