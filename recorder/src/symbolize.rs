@@ -150,6 +150,14 @@ fn name_user_frame(
     row: &mut FrameRow,
 ) {
     row.elf_address = load_address(&module_facts.segments, offset);
+    // Before the symbols: a PLT stub lies in no function, but a symbol
+    // before it (`_init`, at the end of `.init`) may seem to reach it.
+    if module_facts.plt.iter().any(|stubs| stubs.contains(&offset)) {
+        row.function = plt_stub_name(Path::new(path), offset);
+        if row.function.is_some() {
+            return;
+        }
+    }
     let naming = &module_facts.naming;
     let lookup = |file: &Path, dwarf: bool, input: Input<u64>| {
         let mut elf = Elf::new(file);
@@ -170,9 +178,6 @@ fn name_user_frame(
     // What DWARF or a debug file could not name, the module's own symbol
     // tables may still.
     let Some(sym) = found.or_else(|| lookup(module, false, Input::FileOffset(offset))) else {
-        if module_facts.plt.iter().any(|stubs| stubs.contains(&offset)) {
-            row.function = plt_stub_name(module, offset);
-        }
         return;
     };
     row.function = Some(sym.name.to_string());
@@ -1006,6 +1011,37 @@ mod tests {
         Modules::new(u64::MAX, self_resident_bytes).name(libc, None, stub, &mut row);
         let name = row.function.unwrap_or_default();
         assert!(name.ends_with("@plt") && name.len() > 4, "{name:?}");
+    }
+
+    #[test]
+    fn a_programs_plt_stub_is_named_for_its_target_not_for_init() {
+        // `_init`, sized 0 at the end of `.init`, comes just before `.plt`:
+        // the symbol tables alone named a sample in `puts@plt` `_init`.
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("p.c");
+        std::fs::write(
+            &source,
+            "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n",
+        )
+        .unwrap();
+        let exe = dir.path().join("p");
+        let cc = std::process::Command::new("cc")
+            .args(["-O0", "-o"])
+            .arg(&exe)
+            .arg(&source)
+            .status()
+            .unwrap();
+        assert!(cc.success());
+        let exe = exe.to_str().unwrap();
+        let stubs = plt_ranges(Path::new(exe));
+        let stub = stubs.iter().find(|r| r.end - r.start > 16).unwrap().start + 16 + 4;
+        let mut row = FrameRow {
+            module: Some(exe.into()),
+            file_offset: Some(stub),
+            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + stub, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(exe, None, stub, &mut row);
+        assert_eq!(row.function.as_deref(), Some("puts@plt"));
     }
 
     /// A stand-in for the process's resident memory: other tests in this
