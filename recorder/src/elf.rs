@@ -269,6 +269,46 @@ pub fn load_address(segments: &[LoadSegment], offset: u64) -> Option<u64> {
         .map(|s| offset - s.offset + s.address)
 }
 
+/// The kernel's vDSO (`[vdso]` in every process's map: `clock_gettime`,
+/// `gettimeofday`), as a file the symbolizer and the unwinder can open:
+/// the recorder's own copy, the same image every 64-bit process of this
+/// kernel maps, written once to a memfd. `/proc/self/fd/N`, or None when
+/// there is no vDSO or it cannot be copied.
+pub fn vdso_path() -> Option<&'static str> {
+    static VDSO: std::sync::OnceLock<Option<(File, String)>> = std::sync::OnceLock::new();
+    VDSO.get_or_init(|| {
+        use std::io::Write;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: getauxval only reads the auxiliary vector.
+        let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let length = maps.lines().find_map(|line| {
+            let range = line.strip_suffix("[vdso]")?.split_whitespace().next()?;
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            );
+            (start == base).then_some(end - start)
+        })?;
+        // SAFETY: the kernel maps the vDSO readable at `base` for `length`
+        // bytes for the life of the process.
+        let image = unsafe { std::slice::from_raw_parts(base as *const u8, length as usize) };
+        // SAFETY: memfd_create reads the NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"hindsight-vdso".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: the kernel just gave us this descriptor, and only us.
+        let mut file = unsafe { File::from_raw_fd(fd) };
+        file.write_all(image).ok()?;
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        Some((file, path))
+    })
+    .as_ref()
+    .map(|(_, path)| path.as_str())
+}
+
 /// The sections that hold PLT stubs: the few instructions through which a
 /// call into another module jumps.
 fn is_plt(name: &[u8]) -> bool {

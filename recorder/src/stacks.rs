@@ -322,7 +322,12 @@ impl StackInterner {
             let files: Vec<(&Mapping, String, String)> = maps
                 .iter()
                 .filter_map(|m| {
-                    let path = m.path.as_deref().filter(|p| !p.starts_with('['))?;
+                    let path = m.path.as_deref()?;
+                    if path == "[vdso]" {
+                        let open = crate::elf::vdso_path()?.to_owned();
+                        return Some((m, open, path.to_owned()));
+                    }
+                    let path = Some(path).filter(|p| !p.starts_with('['))?;
                     let open = root
                         .as_deref()
                         .map_or_else(|| path.to_string(), |r| format!("{r}{path}"));
@@ -388,7 +393,13 @@ impl StackInterner {
         let file_offset = address - mapping.start + mapping.offset;
         if path.starts_with('[') {
             // [vdso], [vsyscall]: no file, but the same code in every process.
-            row.frame_id = user_frame_id(&path, address - mapping.start);
+            let offset = address - mapping.start;
+            row.frame_id = user_frame_id(&path, offset);
+            if path == "[vdso]" {
+                // Named from the recorder's own copy of the image.
+                row.open_path = crate::elf::vdso_path().map(str::to_owned);
+                row.file_offset = row.open_path.as_ref().map(|_| offset);
+            }
             row.module = Some(path);
             return row;
         }

@@ -501,7 +501,7 @@ impl PerfMaps {
                 if self.refused_pids.insert(pid)
                     && self.refused.fetch_add(1, Ordering::Relaxed) == 0
                 {
-                    eprintln!("hindsight-record: warning: perf map of pid {pid} not read: {why} (counted as recorder/perf_maps_refused)");
+                    eprintln!("hindsight-record: warning: perf map not read: pid {pid}: {why} (counted as recorder/perf_maps_refused)");
                 }
                 (None, None)
             }

@@ -408,7 +408,7 @@ pub static FRAME: Table = Table {
         col("address", UInt64, "", "Virtual address of the instruction (a return address for all but the leaf), in the first process it was seen in for user frames."),
         nullable("module", Text, "", "Path of the file mapped at the address (`[kernel]` or `[<module>]` for kernel frames); null for anonymous memory."),
         nullable("build_id", Text, "", "GNU build id of the module, in hex, where it has one: re-symbolize elsewhere with it."),
-        nullable("file_offset", UInt64, "bytes", "Offset of the address in the module file; null for kernel and anonymous frames."),
+        nullable("file_offset", UInt64, "bytes", "Offset of the address in the module file (for `[vdso]`, in the kernel's vDSO image, which the recorder names and unwinds from its own copy); null for kernel and anonymous frames."),
         nullable("function", Text, "", "Function name (demangled); null when it could not be resolved."),
         nullable("file", Text, "", "Source file, from debug info (DWARF). Null for modules without it, and for modules whose DWARF exceeds 16 MiB: the recorder names those from their symbol table alone, to bound its memory."),
         nullable("line", Int32, "", "Source line, from debug info (null where `file` is)."),

@@ -799,3 +799,74 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
         alpha + beta
     );
 }
+
+/// A program that reads the clock in a loop spends its samples in the
+/// kernel's vDSO, which no file on disk holds: its frames are named from
+/// the recorder's own copy of the image (as perf names them), and unwound
+/// by its call frame information up to `main`.
+#[test]
+fn samples_in_the_vdso_are_named_and_unwound_to_main() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_clock_loop.c");
+    let exe = compile(
+        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
+        &source,
+        scratch.dir.path().join("hb-clock-loop"),
+    );
+    let rec = scratch.rec();
+    let frequency = FREQUENCY.to_string();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", &frequency]);
+    let out = run(Command::new(&exe).arg("2"));
+    assert!(out.status.success());
+    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    recorder.stop();
+
+    let pid = truth["pid"].as_i64().unwrap();
+    let on_cpu = folded(&rec, &["--on-cpu", "--pid", &pid.to_string()]);
+    let samples = sql(
+        &rec,
+        &format!(
+            "SELECT count(*) AS total, count(v.stack_id) AS in_vdso FROM cpu_sample s
+             LEFT JOIN (SELECT DISTINCT k.stack_id FROM stack k JOIN frame f ON f.frame_id = k.frame_id
+                        WHERE CAST(f.module AS VARCHAR) = '[vdso]') v ON v.stack_id = s.stack_id
+             WHERE s.pid = {pid}"
+        ),
+    );
+    let (total, in_vdso) = (
+        samples[0]["total"].as_i64().unwrap(),
+        samples[0]["in_vdso"].as_i64().unwrap_or(0),
+    );
+    // Readers take a frame's named row.
+    let vdso_frames = sql(
+        &rec,
+        "SELECT frame_id, max(function) AS function FROM frame
+         WHERE CAST(module AS VARCHAR) = '[vdso]' GROUP BY frame_id",
+    );
+    let unnamed = vdso_frames
+        .iter()
+        .filter(|f| f["function"].is_null())
+        .count();
+    let under_reader = share_under(&on_cpu, "hb_read_clock");
+    let under_main = share_under(&on_cpu, "main");
+    eprintln!(
+        "{total} samples, {in_vdso} in the vDSO; vDSO frames {vdso_frames:?}; \
+         {:.1} % under hb_read_clock, {:.1} % under main",
+        100.0 * under_reader,
+        100.0 * under_main
+    );
+    assert!(
+        in_vdso as f64 >= 0.5 * total as f64,
+        "{in_vdso} of {total} samples in the vDSO: {on_cpu:?}"
+    );
+    assert!(
+        !vdso_frames.is_empty() && unnamed == 0,
+        "vDSO frames without a name: {vdso_frames:?}"
+    );
+    assert!(
+        under_main >= 0.95 && under_reader >= 0.9,
+        "{:.1} % under main, {:.1} % under hb_read_clock: {on_cpu:?}",
+        100.0 * under_main,
+        100.0 * under_reader
+    );
+}
