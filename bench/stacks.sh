@@ -22,6 +22,10 @@
 # python3; 10-60 ms each) for DURATION seconds, under:
 #   hs-churn    hindsight-record --events cpu (the default 49 Hz)
 #   perf-churn  perf record -F 49 -a -g
+#   both-churn  the two at once, on the same processes: every function perf
+#               names in 5 or more of the five programs' user frames, and
+#               how often hindsight names it (a function perf names that
+#               hindsight names less than a fifth as often is "missed")
 # Part 4, JIT code of a real JVM: tests/workloads/HbHot.java (two hot
 # methods given work in 3 : 1) run for DURATION/4 seconds (at least 3)
 # with -XX:+DumpPerfMapAtExit, on the host (`host`) and as a container runs
@@ -314,6 +318,56 @@ JIT_CONFIGS='hs-jit-host perf-jit-host hs-jit-container perf-jit-container'
 jit_results=$tmp/jit.tsv
 printf '#round\tconfig\talpha\tbeta\tmain_thread_cpu_ns\n' >"$jit_results"
 
+# Part 3's both-churn: the functions perf names in the five programs' user
+# frames, against hindsight's on the same run.
+CHURN_COMMS='sha256sum|gzip|sort|awk|python3'
+run_churn_both() {
+    local r=$1 out=$tmp/both-churn-$1 hs_pid perf_pid
+    [[ -x $root/target/release/hindsight ]] || return 0
+    "$recorder" --output "$out" --events cpu,counters 2>"$out.err" &
+    hs_pid=$!
+    wait_for_line "$out.err" '^hindsight-record: recording ' "$hs_pid"
+    perf record -F 49 -a -g -o "$out.data" 2>"$out.perf.err" &
+    perf_pid=$!
+    sleep 1
+    churn >/dev/null
+    kill -INT "$perf_pid" "$hs_pid"
+    wait "$perf_pid" "$hs_pid" || true
+    # `module:function count`, per user frame of the five programs' samples.
+    perf script -i "$out.data" -F comm,ip,sym,dso 2>/dev/null | awk -v comms="^($CHURN_COMMS)\$" '
+        /^[^\t ]/ { comm = $1; next }
+        /^\t/ && comm ~ comms && !/kernel\.kallsyms/ && !/\[unknown\]/ {
+            dso = $NF; gsub(/[()]/, "", dso); n = split(dso, parts, "/")
+            sym = $0; sub(/^[\t ]*[0-9a-f]+ /, "", sym); sub(/ \([^()]*\)$/, "", sym)
+            count[parts[n] ":" sym]++
+        }
+        END { for (k in count) print k "\t" count[k] }' | sort >"$out.perf.tsv"
+    "$root/target/release/hindsight" sql "$out" -f csv \
+        "SELECT regexp_replace(f.module, '.*/', '') || ':' || f.function AS f, count(*) AS n
+         FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
+         JOIN (SELECT frame_id, max(CAST(module AS VARCHAR)) AS module, max(function) AS function,
+                      max(CAST(kind AS VARCHAR)) AS kind
+               FROM frame GROUP BY frame_id) f ON f.frame_id = k.frame_id
+         WHERE f.kind = 'user' AND f.function IS NOT NULL
+           AND CAST(s.comm AS VARCHAR) IN ('sha256sum', 'gzip', 'sort', 'awk', 'python3')
+         GROUP BY 1" | tail -n +2 | sed 's/,\([0-9]*\)$/\t\1/' | sort >"$out.hs.tsv"
+    # perf's functions (5+ frames) with hindsight's count beside, 0 if none.
+    join -t $'\t' -a 1 -e 0 -o 0,1.2,2.2 "$out.perf.tsv" "$out.hs.tsv" |
+        awk -F '\t' '$2 >= 5' >"$out.both.tsv"
+    local functions missed
+    functions=$(wc -l <"$out.both.tsv")
+    missed=$(awk -F '\t' '$3 < $2 / 5' "$out.both.tsv" | wc -l)
+    printf '%s\t%s\t%s\n' "$r" "$functions" "$missed" >>"$both_results"
+    echo "  $r both-churn: $functions functions perf named 5+ times, $missed of them missed by hindsight" >&2
+    awk -F '\t' -v r="$r" '$3 < $2 / 5 { print "  round " r " missed: " $1 " (perf " $2 ", hindsight " $3 ")" }' \
+        "$out.both.tsv" >>"$both_missed"
+    ((KEEP)) || rm -rf "$out" "$out.data"
+}
+both_results=$tmp/both.tsv
+both_missed=$tmp/both-missed.txt
+printf '#round\tfunctions_perf_named_5+\tmissed_by_hindsight\n' >"$both_results"
+: >"$both_missed"
+
 part() { [[ ,$PARTS, == *,$1,* ]]; }
 churn_results=$tmp/churn.tsv
 printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pct\tmodules_opened\tlongest_busy_ms\n' >"$churn_results"
@@ -346,6 +400,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     if part churn; then
         for config in hs-churn perf-churn; do run_churn "$round" "$config"; done
+        run_churn_both "$round"
     fi
     if part jit; then
         for config in $JIT_CONFIGS; do run_jit "$round" "$config"; done
@@ -404,6 +459,15 @@ if part churn; then
         named=$(cmedian "$c" 8)
         echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) | $(cmedian "$c" 10) |"
     done
+fi
+if part churn; then
+    echo
+    echo "The same processes under both (both-churn): functions perf named in 5 or more of the five programs' user frames, and those hindsight named less than a fifth as often:"
+    echo
+    echo '```'
+    column -t "$both_results"
+    cat "$both_missed"
+    echo '```'
 fi
 if part jit; then
     jmedian() { # column N of config C in the JIT results
