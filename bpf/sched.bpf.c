@@ -97,7 +97,7 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 			if (size > sizeof(*c))
 				size = sizeof(*c);
 		}
-		HS_OUTPUT(sched_events, sched_lost, c, size, HS_KIND_SWITCH_STACK);
+		HS_OUTPUT(sched_events, sched_lost, c, size, HS_KIND_SWITCH_STACK, false);
 		return 0;
 	}
 	struct hs_switch *e =

@@ -14,6 +14,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "stack.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -33,6 +34,29 @@ HS_LOSS_MAP(stack_lost);
 /* Set by user space before load (--unwind): copy the top of the user
  * stack with each sample, for unwinding by call frame information. */
 const volatile bool copy_user_stack = false;
+
+/* Address spaces sampled so far: a process and its mm_struct (which
+ * execve replaces; a freed one's address is soon another process's, so
+ * the pid goes with it), with its samples so far. The first few samples
+ * of one (a new process, or one that just ran execve) wake the recorder,
+ * so that it reads the process's memory map then, while a short-lived
+ * process still has one, and not at its next drain (up to 100 ms later),
+ * when /proc/<pid>/maps is gone and every user frame would stay unnamed.
+ * A few, not one: the first often comes while the loader is still mapping
+ * the libraries the next ones run in. */
+#define HS_WAKING_SAMPLES 8
+struct hs_address_space {
+	__u64 mm;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct hs_address_space);
+	__type(value, __u8);
+} sampled_mms SEC(".maps");
 
 /* A record is built here, then only its filled part is copied to the ring:
  * too big for the BPF stack, and most of `ips` and `copy` stays unused. */
@@ -74,7 +98,24 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 		if (size > sizeof(*c))
 			size = sizeof(*c);
 	}
-	HS_OUTPUT(stack_events, stack_lost, c, size, HS_KIND_SAMPLE);
+	bool young = false;
+	if (e->stack.user_frames > 0) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		struct hs_address_space space = {
+			.mm = (__u64)BPF_CORE_READ(task, mm),
+			.tgid = e->pid,
+		};
+		__u8 *seen = space.mm ? bpf_map_lookup_elem(&sampled_mms, &space) : 0;
+		if (space.mm && !seen) {
+			__u8 first = 1;
+			bpf_map_update_elem(&sampled_mms, &space, &first, BPF_ANY);
+			young = true;
+		} else if (seen && *seen < HS_WAKING_SAMPLES) {
+			*seen += 1;
+			young = true;
+		}
+	}
+	HS_OUTPUT(stack_events, stack_lost, c, size, HS_KIND_SAMPLE, young);
 	return 0;
 }
 

@@ -43,6 +43,10 @@ const MAX_PROCESSES: usize = 1024;
 const MAX_BUILD_IDS: usize = 4096;
 /// A process's maps are re-read at most this often when an address misses them.
 const MAPS_REREAD: Duration = Duration::from_millis(200);
+/// ... except for its first few misses, re-read at once: a program's first
+/// sample often comes while the loader is still mapping its libraries, and
+/// a short one (a compiler, `sort`) is gone long before MAPS_REREAD.
+const QUICK_REREADS: u8 = 4;
 
 /// FNV-1a 64 over bytes, continuing from `hash`.
 fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
@@ -198,6 +202,8 @@ struct ProcessMaps {
     /// [`Unwinders::generation`] whose module sections it holds.
     unwinder: Option<(u64, ProcessUnwinder)>,
     read_at: Instant,
+    /// Times the maps were read again at once (see [`QUICK_REREADS`]).
+    quick_rereads: u8,
     /// `<proc_root>/<pid>/root` when the process is in another mount
     /// namespace than the recorder (its paths are not ours).
     root: Option<String>,
@@ -427,13 +433,15 @@ impl StackInterner {
     }
 
     fn mapping_of(&mut self, pid: u32, address: u64) -> Option<Mapping> {
+        let mut quick_rereads = 0;
         if let Some(p) = self.processes.get(&pid) {
             if let Some(m) = find_mapping(&p.maps, address) {
                 return Some(m.clone());
             }
-            if p.read_at.elapsed() < MAPS_REREAD {
+            if p.quick_rereads >= QUICK_REREADS && p.read_at.elapsed() < MAPS_REREAD {
                 return None;
             }
+            quick_rereads = p.quick_rereads.saturating_add(1);
         }
         // New process, or a new mapping (dlopen, JIT): read the map again.
         if self.processes.len() >= MAX_PROCESSES {
@@ -443,6 +451,15 @@ impl StackInterner {
         let maps = std::fs::read_to_string(path)
             .map(|t| parse_maps(&t))
             .unwrap_or_default();
+        if maps.is_empty() {
+            // Gone (or a kernel thread): what was read of it while it ran
+            // still names its earlier samples.
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.read_at = Instant::now();
+                p.quick_rereads = QUICK_REREADS;
+                return None;
+            }
+        }
         let found = find_mapping(&maps, address).cloned();
         let root = self.foreign_root(pid);
         if let Some(root) = &root {
@@ -461,6 +478,7 @@ impl StackInterner {
                 maps,
                 unwinder: None,
                 read_at: Instant::now(),
+                quick_rereads,
                 root,
             },
         );

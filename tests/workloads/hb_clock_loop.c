@@ -3,7 +3,8 @@
  * lands in the kernel's vDSO (clock_gettime), called from libc, called
  * from hb_read_clock. Built -O2 -fomit-frame-pointer like the rest of
  * Debian. Prints its pid and CPU ticks as JSON.
- * Run by e2e stacks::samples_in_the_vdso_are_named_and_unwound_to_main.
+ * Run by e2e stacks::samples_in_the_vdso_are_named_and_unwound_to_main, and
+ * for 15 ms at a time by stacks::samples_of_processes_shorter_than_a_drain_are_named.
  */
 #include <stdio.h>
 #include <stdlib.h>

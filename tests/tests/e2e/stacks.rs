@@ -518,7 +518,30 @@ fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
         get("frames"),
         "every frame in the binary named: {frames:?}"
     );
-    assert!(get("burning") >= runs as i64 / 2, "{frames:?}");
+    // Each burns 40 ms, some 20 samples: every one of them is named
+    // burning, its memory map read while it ran (the first samples of a
+    // process wake the recorder; it used to read them at its next drain,
+    // up to 100 ms on, when most were gone and their frames anonymous).
+    assert!(get("burning") >= runs as i64 * 9 / 10, "{frames:?}");
+    let user = sql(
+        &rec,
+        &format!(
+            "SELECT count(*) AS frames, count(*) - count(f.module) AS anonymous
+             FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
+               JOIN (SELECT frame_id, max(module) AS module, max(CAST(kind AS VARCHAR)) AS kind
+                     FROM frame GROUP BY frame_id) f ON f.frame_id = k.frame_id
+             WHERE s.pid IN ({pids}) AND f.kind = 'user'"
+        ),
+    );
+    let (user_frames, anonymous) = (
+        user[0]["frames"].as_i64().unwrap(),
+        user[0]["anonymous"].as_i64().unwrap(),
+    );
+    eprintln!("{anonymous} of {user_frames} user frames of those processes in no known mapping");
+    assert!(
+        anonymous * 100 <= user_frames,
+        "{anonymous} of {user_frames} user frames in no mapping the recorder read"
+    );
     // One frame row per code address, whichever process ran it.
     let rows = sql(
         &rec,
@@ -531,9 +554,7 @@ fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
     assert_eq!(rows[0]["ids"], rows[0]["addresses"], "{rows:?}");
     // The recorder's own count of modules it opened over the whole run:
     // opened again only where the symbolizer let go of modules (more than
-    // 8 at once, idle, over its memory budget) and one came back, a few
-    // times each module named in (14 for 6 when measured), whatever the
-    // number of processes.
+    // 16 at once, idle, over its memory budget) and one came back.
     let opened = sql(
         &rec,
         "SELECT max(value) AS n FROM counter WHERE source = 'recorder' AND name = 'modules_opened'",
@@ -558,8 +579,12 @@ fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
     );
     assert!(busy_ms[0]["rounds"].as_i64() > Some(2), "{busy_ms:?}");
     assert!(busy_ms[0]["ms"].as_f64() > Some(0.0), "{busy_ms:?}");
+    // Once a process would be `runs` x `modules` opens; the symbolizer
+    // lets go of every module after a second without new frames, so a run
+    // opens each module again a few times however many processes there are
+    // (17 for 30 processes and 6 modules, 20 for 60 and 5, when measured).
     assert!(
-        opened < runs as i64 / 2,
+        opened * 4 < runs as i64 * modules,
         "{opened} modules opened for {runs} processes of one binary ({modules} modules named in)"
     );
     opened
@@ -868,5 +893,61 @@ fn samples_in_the_vdso_are_named_and_unwound_to_main() {
         "{:.1} % under main, {:.1} % under hb_read_clock: {on_cpu:?}",
         100.0 * under_main,
         100.0 * under_reader
+    );
+}
+
+/// Processes shorter than the recorder's drain interval (100 ms), at the
+/// default 49 Hz, where the sampler's ring is far from a quarter full: the
+/// first samples of a process wake the recorder, which reads its memory map
+/// while it runs. Read at the next drain instead, most of them were gone,
+/// and their user frames in no mapping: 154 of 167 here (and 1,554 of
+/// 2,497 samples of 150 `sort` runs had no user frame named); 2 of 549 now.
+#[test]
+fn samples_of_processes_shorter_than_a_drain_are_named() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_clock_loop.c");
+    let exe = compile(
+        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
+        &source,
+        scratch.dir.path().join("hb-clock-loop"),
+    );
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cpu"]);
+    let mut pids = Vec::new();
+    for _ in 0..100 {
+        let out = run(Command::new(&exe).arg("0.015"));
+        assert!(out.status.success());
+        let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        pids.push(truth["pid"].as_i64().unwrap().to_string());
+    }
+    recorder.stop();
+    let user = sql(
+        &rec,
+        &format!(
+            "SELECT count(DISTINCT s.ts) AS samples, count(*) AS frames,
+               count(*) - count(f.module) AS anonymous, count(f.function) AS named
+             FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
+               JOIN (SELECT frame_id, max(module) AS module, max(function) AS function,
+                            max(CAST(kind AS VARCHAR)) AS kind
+                     FROM frame GROUP BY frame_id) f ON f.frame_id = k.frame_id
+             WHERE s.pid IN ({}) AND f.kind = 'user'",
+            pids.join(", ")
+        ),
+    );
+    let get = |c: &str| user[0][c].as_i64().unwrap();
+    eprintln!(
+        "{} samples of 100 processes of 15 ms at 49 Hz: {} user frames, {} in no known mapping, {} named",
+        get("samples"),
+        get("frames"),
+        get("anonymous"),
+        get("named")
+    );
+    // A few may still be lost where the recorder, on a busy machine, wakes
+    // after the process has gone (6 of 238 beside the other tests).
+    assert!(get("samples") >= 20, "{user:?}");
+    assert!(
+        get("anonymous") * 10 <= get("frames"),
+        "user frames in no mapping the recorder read: {user:?}"
     );
 }
