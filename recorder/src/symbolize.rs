@@ -168,16 +168,22 @@ fn name_user_frame(
         }
     };
     let module = Path::new(path);
-    let found = match naming {
-        Naming::Dwarf => lookup(module, true, Input::FileOffset(offset)),
-        Naming::SeparateSymbols(debug) => row
-            .elf_address
-            .and_then(|address| lookup(debug, false, Input::VirtOffset(address))),
-        Naming::Symbols => None,
+    let find = |offset: u64| {
+        let found = match naming {
+            Naming::Dwarf => lookup(module, true, Input::FileOffset(offset)),
+            Naming::SeparateSymbols(debug) => load_address(&module_facts.segments, offset)
+                .and_then(|address| lookup(debug, false, Input::VirtOffset(address))),
+            Naming::Symbols => None,
+        };
+        // What DWARF or a debug file could not name, the module's own
+        // symbol tables may still.
+        found.or_else(|| lookup(module, false, Input::FileOffset(offset)))
     };
-    // What DWARF or a debug file could not name, the module's own symbol
-    // tables may still.
-    let Some(sym) = found.or_else(|| lookup(module, false, Input::FileOffset(offset))) else {
+    // A return address just past a call that never returns (libc's `exit`
+    // ends with its call to `__run_exit_handlers`) lies past its function's
+    // end: the call before it names it, as perf and samply look return
+    // addresses up.
+    let Some(sym) = find(offset).or_else(|| find(offset.checked_sub(1)?)) else {
         return;
     };
     row.function = Some(sym.name.to_string());
@@ -1042,6 +1048,44 @@ mod tests {
         };
         Modules::new(u64::MAX, self_resident_bytes).name(exe, None, stub, &mut row);
         assert_eq!(row.function.as_deref(), Some("puts@plt"));
+    }
+
+    #[test]
+    fn a_return_address_past_a_noreturn_call_is_named_for_the_caller() {
+        // libc's `exit` (26 bytes) ends with its call to
+        // `__run_exit_handlers`: the return address is its end, in no symbol.
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let out = std::process::Command::new("readelf")
+            .args(["-sW", libc])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (start, size) = text
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[7].starts_with("exit@@") && f[3] == "FUNC").then(|| {
+                    (
+                        u64::from_str_radix(f[1], 16).unwrap(),
+                        f[2].parse::<u64>().unwrap(),
+                    )
+                })
+            })
+            .unwrap();
+        let segments = load_segments(Path::new(libc)).unwrap();
+        let code = segments.iter().find(|s| s.executable).unwrap();
+        let end = start + size - code.address + code.offset;
+        let mut row = FrameRow {
+            module: Some(libc.into()),
+            file_offset: Some(end),
+            ..FrameRow::unnamed(1, false, 0x7f00_0000_0000 + end, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(libc, None, end, &mut row);
+        assert!(
+            row.function.as_deref().is_some_and(|f| f.ends_with("exit")),
+            "{:?}",
+            row.function
+        );
     }
 
     /// A stand-in for the process's resident memory: other tests in this
