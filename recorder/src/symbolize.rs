@@ -137,6 +137,8 @@ struct ModuleFacts {
     segments: Vec<LoadSegment>,
     /// File ranges of its PLT stubs, which no symbol covers.
     plt: Vec<std::ops::Range<u64>>,
+    /// Times it was opened while named from its DWARF.
+    dwarf_opens: u32,
 }
 
 /// Fills in what blazesym knows about `offset` in the ELF file `path`, and
@@ -281,6 +283,16 @@ const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
 /// ran beside it, carries 89 MiB and touched 72 MiB). Debug builds of
 /// ordinary programs carry a few MiB, libc's debug file 10 MiB inflated.
 const MAX_MODULE_DWARF: u64 = 16 << 20;
+
+/// A module named from its DWARF that has been opened (and its line
+/// tables parsed) this many times is named from its symbol table from then
+/// on: function names, no file or line. Where processes come and go the
+/// symbolizer lets go of its modules between bursts (memory budget, idle),
+/// and a large one that keeps coming back was parsed again for every new
+/// frame: a Python built with `-g` (17 MB of DWARF in libpython), started
+/// 35 times a second, cost the recorder 4.4 % of a CPU, mostly in parsing
+/// line tables.
+const MAX_DWARF_OPENS: u32 = 3;
 
 /// Modules whose DWARF size is remembered; past this the memory starts
 /// afresh (a host that keeps making new binaries).
@@ -670,12 +682,21 @@ impl Modules {
             }
         };
         let path = path.as_str();
-        if !self.open.contains(path) {
+        let opening = !self.open.contains(path);
+        if opening {
             if self.open.len() >= MAX_OPEN_MODULES || self.over_budget() {
                 self.release();
             }
             self.open.insert(path.to_string());
             self.opened.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(facts) = self.namings.get_mut(path).filter(|_| opening) {
+            if facts.naming == Naming::Dwarf {
+                facts.dwarf_opens += 1;
+                if facts.dwarf_opens > MAX_DWARF_OPENS {
+                    facts.naming = Naming::Symbols;
+                }
+            }
         }
         if !self.namings.contains_key(path) {
             if self.namings.len() >= MAX_REMEMBERED_MODULES {
@@ -691,6 +712,7 @@ impl Modules {
             self.namings.insert(
                 path.to_string(),
                 ModuleFacts {
+                    dwarf_opens: u32::from(naming == Naming::Dwarf),
                     naming,
                     segments,
                     plt,
@@ -1086,6 +1108,57 @@ mod tests {
             "{:?}",
             row.function
         );
+    }
+
+    #[test]
+    fn a_module_parsed_again_and_again_is_named_from_its_symbols() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("d.c");
+        std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+        let exe = dir.path().join("d");
+        let cc = std::process::Command::new("cc")
+            .args(["-O0", "-g", "-o"])
+            .arg(&exe)
+            .arg(&source)
+            .status()
+            .unwrap();
+        assert!(cc.success());
+        let exe = exe.to_str().unwrap();
+        let out = std::process::Command::new("nm").arg(exe).output().unwrap();
+        let main = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                l.strip_suffix(" T main")
+                    .map(|a| u64::from_str_radix(a, 16).unwrap())
+            })
+            .unwrap();
+        let code = load_segments(Path::new(exe))
+            .unwrap()
+            .into_iter()
+            .find(|s| s.executable)
+            .unwrap();
+        let offset = main - code.address + code.offset;
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        let mut name = || {
+            let mut row = FrameRow {
+                module: Some(exe.into()),
+                file_offset: Some(offset),
+                ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
+            };
+            modules.name(exe, None, offset, &mut row);
+            modules.release();
+            (row.function, row.file)
+        };
+        for _ in 0..MAX_DWARF_OPENS {
+            let (function, file) = name();
+            assert_eq!(function.as_deref(), Some("main"));
+            assert!(
+                file.is_some_and(|f| f.ends_with("d.c")),
+                "named from its DWARF"
+            );
+        }
+        let (function, file) = name();
+        assert_eq!((function.as_deref(), file), (Some("main"), None));
     }
 
     /// A stand-in for the process's resident memory: other tests in this
