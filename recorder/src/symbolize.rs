@@ -1041,25 +1041,32 @@ mod tests {
         assert!(name.ends_with("@plt") && name.len() > 4, "{name:?}");
     }
 
-    #[test]
-    fn a_programs_plt_stub_is_named_for_its_target_not_for_init() {
-        // `_init`, sized 0 at the end of `.init`, comes just before `.plt`:
-        // the symbol tables alone named a sample in `puts@plt` `_init`.
-        let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("p.c");
-        std::fs::write(
-            &source,
-            "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n",
-        )
-        .unwrap();
-        let exe = dir.path().join("p");
+    /// `program` (C source) built by `cc` with `flags` in `dir`.
+    fn compile_c(dir: &Path, program: &str, flags: &[&str]) -> PathBuf {
+        let source = dir.join("program.c");
+        std::fs::write(&source, program).unwrap();
+        let exe = dir.join("program");
         let cc = std::process::Command::new("cc")
-            .args(["-O0", "-o"])
+            .args(flags)
+            .arg("-o")
             .arg(&exe)
             .arg(&source)
             .status()
             .unwrap();
         assert!(cc.success());
+        exe
+    }
+
+    #[test]
+    fn a_programs_plt_stub_is_named_for_its_target_not_for_init() {
+        // `_init`, sized 0 at the end of `.init`, comes just before `.plt`:
+        // the symbol tables alone named a sample in `puts@plt` `_init`.
+        let dir = tempfile::tempdir().unwrap();
+        let exe = compile_c(
+            dir.path(),
+            "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n",
+            &["-O0"],
+        );
         let exe = exe.to_str().unwrap();
         let stubs = plt_ranges(Path::new(exe));
         let stub = stubs.iter().find(|r| r.end - r.start > 16).unwrap().start + 16 + 4;
@@ -1113,16 +1120,7 @@ mod tests {
     #[test]
     fn a_module_parsed_again_and_again_is_named_from_its_symbols() {
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("d.c");
-        std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
-        let exe = dir.path().join("d");
-        let cc = std::process::Command::new("cc")
-            .args(["-O0", "-g", "-o"])
-            .arg(&exe)
-            .arg(&source)
-            .status()
-            .unwrap();
-        assert!(cc.success());
+        let exe = compile_c(dir.path(), "int main(void) { return 0; }\n", &["-O0", "-g"]);
         let exe = exe.to_str().unwrap();
         let out = std::process::Command::new("nm").arg(exe).output().unwrap();
         let main = String::from_utf8_lossy(&out.stdout)
@@ -1153,7 +1151,7 @@ mod tests {
             let (function, file) = name();
             assert_eq!(function.as_deref(), Some("main"));
             assert!(
-                file.is_some_and(|f| f.ends_with("d.c")),
+                file.is_some_and(|f| f.ends_with("program.c")),
                 "named from its DWARF"
             );
         }

@@ -825,6 +825,16 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
     );
 }
 
+/// Compiles `tests/workloads/hb_clock_loop.c` as distributions build C.
+fn build_clock_loop(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_clock_loop.c");
+    compile(
+        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
+        &source,
+        dir.join("hb-clock-loop"),
+    )
+}
+
 /// A program that reads the clock in a loop spends its samples in the
 /// kernel's vDSO, which no file on disk holds: its frames are named from
 /// the recorder's own copy of the image (as perf names them), and unwound
@@ -833,12 +843,7 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
 fn samples_in_the_vdso_are_named_and_unwound_to_main() {
     let _machine = shared();
     let scratch = Scratch::new();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_clock_loop.c");
-    let exe = compile(
-        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
-        &source,
-        scratch.dir.path().join("hb-clock-loop"),
-    );
+    let exe = build_clock_loop(scratch.dir.path());
     let rec = scratch.rec();
     let frequency = FREQUENCY.to_string();
     let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", &frequency]);
@@ -906,12 +911,7 @@ fn samples_in_the_vdso_are_named_and_unwound_to_main() {
 fn samples_of_processes_shorter_than_a_drain_are_named() {
     let _machine = shared();
     let scratch = Scratch::new();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/hb_clock_loop.c");
-    let exe = compile(
-        Command::new("cc").args(["-O2", "-fomit-frame-pointer", "-g", "-o"]),
-        &source,
-        scratch.dir.path().join("hb-clock-loop"),
-    );
+    let exe = build_clock_loop(scratch.dir.path());
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--events", "cpu"]);
     let mut pids = Vec::new();
