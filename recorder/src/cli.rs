@@ -119,7 +119,7 @@ pub struct Args {
     pub fault_sample: u32,
 
     /// With --events cpu: samples per second of CPU time, on every CPU (1-10000;
-    /// each sample costs the recorder 5.0 µs of CPU to unwind, 2.0 µs with --unwind fp,
+    /// each sample costs the recorder 5.5 µs of CPU to unwind, 3.0 µs with --unwind fp,
     /// BENCHMARKS.md).
     #[arg(long, value_name = "HZ", default_value_t = 49, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub frequency: u32,
