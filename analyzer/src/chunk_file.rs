@@ -9,10 +9,18 @@ use std::io::BufWriter;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use hindsight_schemas::{layout, Table};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use arrow::array::{
+    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+    StringArray, TimestampNanosecondArray, UInt64Array,
+};
+use arrow::datatypes::Int32Type;
+use hindsight_schemas::{layout, ColumnType, Table};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::ParquetMetaDataReader;
+use serde_json::Value;
 
 use crate::recording::Recording;
 
@@ -96,4 +104,71 @@ pub fn stamp_of(path: &Path, source: &Recording) -> Stamp {
         }
     }
     stamp
+}
+
+/// A batch of `table` from rows given as JSON objects keyed by column, for
+/// recordings made by programs (the tests' fixtures, the timeline
+/// benchmark's synthesized day). A missing non-nullable column takes a zero
+/// value; a timestamp is UTC ns.
+pub fn batch_from_json(table: &Table, rows: &[Value]) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(table.columns.len());
+    for c in table.columns {
+        let wrong = || anyhow!("{}.{}: not a {:?} value", table.name, c.name, c.kind);
+        // Each row's cell, or the type's `zero` where missing from a non-nullable column.
+        let cells = |zero: Value| -> Vec<Option<Value>> {
+            rows.iter()
+                .map(|row| match row.get(c.name).filter(|v| !v.is_null()) {
+                    Some(v) => Some(v.clone()),
+                    None => (!c.nullable).then(|| zero.clone()),
+                })
+                .collect()
+        };
+        fn typed<T>(
+            cells: Vec<Option<Value>>,
+            get: impl Fn(&Value) -> Option<T>,
+            wrong: impl Fn() -> anyhow::Error,
+        ) -> Result<Vec<Option<T>>> {
+            cells
+                .iter()
+                .map(|v| v.as_ref().map(|v| get(v).ok_or_else(&wrong)).transpose())
+                .collect()
+        }
+        let int = |v: &Value| v.as_i64();
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let array: ArrayRef = match c.kind {
+            ColumnType::Timestamp => Arc::new(
+                TimestampNanosecondArray::from(typed(cells(0.into()), int, wrong)?)
+                    .with_timezone("UTC"),
+            ),
+            ColumnType::Int32 => {
+                let narrow = |v: &Value| v.as_i64().and_then(|i| i32::try_from(i).ok());
+                Arc::new(Int32Array::from(typed(cells(0.into()), narrow, wrong)?))
+            }
+            ColumnType::Int64 => Arc::new(Int64Array::from(typed(cells(0.into()), int, wrong)?)),
+            ColumnType::UInt64 => Arc::new(UInt64Array::from(typed(
+                cells(0.into()),
+                Value::as_u64,
+                wrong,
+            )?)),
+            ColumnType::Bool => Arc::new(BooleanArray::from(typed(
+                cells(false.into()),
+                Value::as_bool,
+                wrong,
+            )?)),
+            ColumnType::Float64 => Arc::new(Float64Array::from(typed(
+                cells(0.0.into()),
+                Value::as_f64,
+                wrong,
+            )?)),
+            ColumnType::Name => Arc::new(
+                typed(cells("".into()), text, wrong)?
+                    .iter()
+                    .map(Option::as_deref)
+                    .collect::<DictionaryArray<Int32Type>>(),
+            ),
+            ColumnType::Text => Arc::new(StringArray::from(typed(cells("".into()), text, wrong)?)),
+        };
+        columns.push(array);
+    }
+    Ok(RecordBatch::try_new(table.schema(), columns)?)
 }

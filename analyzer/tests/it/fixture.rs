@@ -5,16 +5,12 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array, RecordBatch,
-    StringArray, TimestampNanosecondArray, UInt64Array,
-};
-use arrow::datatypes::Int32Type;
+use arrow::array::RecordBatch;
+use hindsight::chunk_file;
 use hindsight_schemas::meta::{RecordingMeta, Session, FORMAT};
 use hindsight_schemas::time::ClockOffset;
-use hindsight_schemas::{layout, ColumnType, Table, SCHEMA_VERSION};
+use hindsight_schemas::{layout, Table, SCHEMA_VERSION};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
@@ -131,92 +127,7 @@ pub fn meta(host: &str) -> RecordingMeta {
 /// A batch of `table` from rows given as JSON objects keyed by column.
 /// Missing non-nullable columns take a zero value; `ts` is in UTC ns.
 pub fn batch(table: &Table, rows: &[Value]) -> RecordBatch {
-    let columns: Vec<ArrayRef> = table
-        .columns
-        .iter()
-        .map(|c| {
-            let values: Vec<Option<&Value>> = rows
-                .iter()
-                .map(|r| r.get(c.name).filter(|v| !v.is_null()))
-                .collect();
-            let array: ArrayRef = match c.kind {
-                ColumnType::Timestamp => Arc::new(
-                    TimestampNanosecondArray::from(
-                        values
-                            .iter()
-                            .map(|v| int(*v).or(Some(0).filter(|_| !c.nullable)))
-                            .collect::<Vec<_>>(),
-                    )
-                    .with_timezone("UTC"),
-                ),
-                ColumnType::Int32 => Arc::new(Int32Array::from(
-                    values
-                        .iter()
-                        .map(|v| {
-                            int(*v)
-                                .map(|i| i as i32)
-                                .or(Some(0).filter(|_| !c.nullable))
-                        })
-                        .collect::<Vec<_>>(),
-                )),
-                ColumnType::Int64 => Arc::new(Int64Array::from(
-                    values
-                        .iter()
-                        .map(|v| int(*v).or(Some(0).filter(|_| !c.nullable)))
-                        .collect::<Vec<_>>(),
-                )),
-                ColumnType::UInt64 => Arc::new(UInt64Array::from(
-                    values
-                        .iter()
-                        .map(|v| {
-                            v.map(|v| v.as_u64().expect("unsigned integer"))
-                                .or(Some(0).filter(|_| !c.nullable))
-                        })
-                        .collect::<Vec<_>>(),
-                )),
-                ColumnType::Bool => Arc::new(BooleanArray::from(
-                    values
-                        .iter()
-                        .map(|v| {
-                            v.map(|v| v.as_bool().expect("bool"))
-                                .or(Some(false).filter(|_| !c.nullable))
-                        })
-                        .collect::<Vec<_>>(),
-                )),
-                ColumnType::Name => Arc::new(
-                    values
-                        .iter()
-                        .map(|v| text(*v).or(Some("").filter(|_| !c.nullable)))
-                        .collect::<DictionaryArray<Int32Type>>(),
-                ),
-                ColumnType::Float64 => Arc::new(Float64Array::from(
-                    values
-                        .iter()
-                        .map(|v| {
-                            v.map(|v| v.as_f64().expect("number"))
-                                .or(Some(0.0).filter(|_| !c.nullable))
-                        })
-                        .collect::<Vec<_>>(),
-                )),
-                ColumnType::Text => Arc::new(StringArray::from(
-                    values
-                        .iter()
-                        .map(|v| text(*v).or(Some("").filter(|_| !c.nullable)))
-                        .collect::<Vec<_>>(),
-                )),
-            };
-            array
-        })
-        .collect();
-    RecordBatch::try_new(table.schema(), columns).expect("rows match the schema")
-}
-
-fn int(v: Option<&Value>) -> Option<i64> {
-    v.map(|v| v.as_i64().expect("integer"))
-}
-
-fn text(v: Option<&Value>) -> Option<&str> {
-    v.map(|v| v.as_str().expect("string"))
+    chunk_file::batch_from_json(table, rows).expect("rows match the schema")
 }
 
 /// A zstd Parquet file as the recorder writes one.
