@@ -149,28 +149,43 @@ psi_io_some, % of time), runq_wait (run-queue wait, ms per s), offcpu_d (uninter
 time, ms per s), lost (events the recorder lost), and per process process_cpu (% of one CPU, from \
 sched_switch), process_faults (task_stat), process_runq_wait, process_offcpu_d and \
 process_numa_migrated (pages the process's migrations moved, pages per s, from numa_event).\n\n\
-Method: every series (a system metric, or one process's metric) has a value per interval. Its \
-baseline is its median over the range reported and the hour before it (history, read for the \
+Method: every series (a system metric, or one program's per-process metric: its processes of one \
+comm summed, so the hundredth short-lived compiler has the history of the ninety-nine before it) \
+has a value per interval, and each interval is judged against its own history: the 3 hours before \
+it and, where the recording reaches back a day, the same hour of the day before (read for the \
 baselines and never reported, so a range narrowed to an incident is judged against what was \
-normal before it), its spread the median absolute deviation \
-(MAD) times 1.4826 (a standard deviation for normal noise, but one a short burst cannot inflate). \
-An interval departs when a value exceeds the median by more than 5 spreads AND by more than the \
-metric's floor (e.g. 25 points of one CPU for process_cpu, 5000/s for ctxt), so flat series do \
-not alarm on noise. Only rises count. An interval without a value counts as zero for processes \
-and events, and is skipped for counters. A series needs 4 intervals for a baseline: report at \
-least 4 intervals. Adjacent departing intervals form one incident: start, end, the peak \
-interval (the largest departure, in spreads), the departed metrics with baseline and observed \
-(peak) values, and the top contributors: the processes whose per-process metrics rose most above \
-their own baselines, with their share of the rise.\n\n\
+normal before it), leaving out intervals that departed themselves (an incident does not become \
+normal by lasting, nor yesterday's incident today's normal). From it: the baseline (median), \
+the spread (interquartile range / 1.349: a standard deviation for normal noise, which a \
+minority of bursts cannot inflate), and the margin, the largest rise still normal: 5 spreads, \
+or the metric's floor where more (e.g. 25 points of one CPU for process_cpu, 5000/s for ctxt: \
+a flat series has no spread), plus the height of its usual bursts where 3 separate bursts of \
+its history reached one (a cron job, an hourly build: mostly-idle series are judged by how often \
+and how high they burst, not by a spread of zero). SCORE is the rise over the baseline in \
+margins, one unit for every metric: an interval departs when a score exceeds 1 (1/S with \
+--sensitivity S), and is judged against the same hour yesterday too before it does. Only rises \
+count. An interval without a value counts as zero for processes and events, and is skipped \
+for counters. Until a series has 30 intervals of history (the start of a recording), its \
+median and spread over what was read stand in; with fewer than 4 intervals in all, \
+it has no baseline. Adjacent departing intervals form one incident: \
+start, end, the peak interval (the highest score), its kinds (cpu, memory, cache_thrash, io, \
+numa, lost, or new_process for a program idle as a rule that took the CPU; the most evident \
+first), the departed metrics with baseline, normal_max (baseline + margin) and observed (peak) \
+values, and the contributors: the programs whose metrics departed, the highest score first, \
+each with its busiest process and its share of the metric's rise (the programs that rose most, \
+where none departed). bench/timeline.sh measures how often it finds injected incidents and \
+how often it finds ones that were not (BENCHMARKS.md).\n\n\
 Output: --format table prints a block per incident; json prints ONE JSON array of incidents, \
-each {start, end, peak (RFC 3339 UTC), metrics: [{metric, unit, pid, comm, baseline, observed, \
-score, peak}], contributors: [{pid, comm, metric, share}], counters: [names]} (a stable contract \
+each {start, end, peak (RFC 3339 UTC), kinds: [names], metrics: [{metric, unit, pid, comm, \
+baseline, normal_max, observed, score, peak, new}], contributors: [{pid, comm, metric, share, \
+score}], counters: [names]} (a stable contract \
 for scripts and alerting; an empty array when nothing departed); csv prints one row per departed \
 metric and per contributor. --show-sql prints the statement that computes the per-interval \
 metrics.\n\n\
 Examples:\n  \
 hindsight report timeline rec/\n  \
 hindsight report timeline rec/ --interval 1m --metric pgscan_direct\n  \
+hindsight report timeline rec/ --from 03:00 --to 03:30 --sensitivity 2\n  \
 hindsight report timeline rec/ -f json | jq '.[] | {start, who: .contributors[0].comm}'";
 
 const ATOP_ABOUT: &str = "Per interval, atop's system lines (CPU per CPU and in total, context \
@@ -406,6 +421,9 @@ pub struct TimelineArgs {
     /// Watch only this metric (see the list above), e.g. pgscan_direct or process_cpu.
     #[arg(long, value_name = "NAME", value_parser = report::timeline::parse_metric)]
     pub metric: Option<String>,
+    /// How readily a rise counts: an interval departs when its score exceeds 1 / S. 2 also reports rises half the usual size; 0.5 only those twice it.
+    #[arg(long, value_name = "S", default_value_t = 1.0, value_parser = report::timeline::parse_sensitivity)]
+    pub sensitivity: f64,
 }
 
 /// `report html`'s flags.
@@ -739,15 +757,21 @@ impl Cli {
                 json: a.format == InfoFormatArg::Json,
             },
             Command::Report(r) => {
-                let (kind, a, pid, metric) = match r {
-                    ReportCommand::Atop(a) => (report::Kind::Atop, a, None, None),
-                    ReportCommand::Faults(a) => (report::Kind::Faults, a, None, None),
-                    ReportCommand::Numa(a) => (report::Kind::Numa, a, None, None),
-                    ReportCommand::Cachetop(a) => (report::Kind::Cachetop, a, None, None),
-                    ReportCommand::Runqlat(a) => (report::Kind::Runqlat, a.report, a.pid, None),
-                    ReportCommand::Timeline(a) => {
-                        (report::Kind::Timeline, a.report, None, a.metric)
+                let (kind, a, pid, metric, sensitivity) = match r {
+                    ReportCommand::Atop(a) => (report::Kind::Atop, a, None, None, 1.0),
+                    ReportCommand::Faults(a) => (report::Kind::Faults, a, None, None, 1.0),
+                    ReportCommand::Numa(a) => (report::Kind::Numa, a, None, None, 1.0),
+                    ReportCommand::Cachetop(a) => (report::Kind::Cachetop, a, None, None, 1.0),
+                    ReportCommand::Runqlat(a) => {
+                        (report::Kind::Runqlat, a.report, a.pid, None, 1.0)
                     }
+                    ReportCommand::Timeline(a) => (
+                        report::Kind::Timeline,
+                        a.report,
+                        None,
+                        a.metric,
+                        a.sensitivity,
+                    ),
                     ReportCommand::Html(a) => {
                         let request = report::html::Request {
                             recording: a.recording,
@@ -777,6 +801,7 @@ impl Cli {
                         show_sql: a.show_sql,
                         pid,
                         metric,
+                        sensitivity,
                         at: None,
                     },
                 }
@@ -793,6 +818,7 @@ impl Cli {
                     show_sql: a.show_sql,
                     pid: None,
                     metric: None,
+                    sensitivity: 1.0,
                     at: Some(a.at),
                 },
             },

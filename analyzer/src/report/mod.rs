@@ -68,6 +68,8 @@ pub struct Options {
     pub pid: Option<i32>,
     /// Only this metric (`report timeline --metric`).
     pub metric: Option<String>,
+    /// `report timeline --sensitivity`: an interval departs when its score exceeds 1 / this.
+    pub sensitivity: f64,
     /// `top --at`: the one interval that holds this moment (then `from` and
     /// `to` are unused).
     pub at: Option<When>,
@@ -197,6 +199,8 @@ pub struct Env {
     pub pid: Option<i32>,
     /// Only this metric, where the report supports it.
     pub metric: Option<String>,
+    /// How readily the timeline calls a rise a departure (1 by default).
+    pub sensitivity: f64,
     /// Every recording has its derived tables (`hindsight index`): reports
     /// read those instead of pairing raw events in the views.
     pub indexed: bool,
@@ -239,6 +243,7 @@ impl Env {
             sessions,
             pid: options.pid,
             metric: options.metric.clone(),
+            sensitivity: options.sensitivity,
             indexed: recordings.iter().all(Recording::indexed),
         })
     }

@@ -21,53 +21,77 @@ use super::{task_deltas, Env, ThreadTime};
 use crate::human::{self, Layout, Table};
 use crate::output::{self, Format};
 
-const fn system(name: &'static str, unit: &'static str, floor: f64, events: bool) -> MetricSpec {
+const fn system(
+    name: &'static str,
+    unit: &'static str,
+    floor: f64,
+    events: bool,
+    kind: &'static str,
+) -> MetricSpec {
     MetricSpec {
         name,
         unit,
         per_process: false,
         zero_when_missing: events,
         floor,
+        kind,
     }
 }
 
-const fn process(name: &'static str, unit: &'static str, floor: f64) -> MetricSpec {
+const fn process(
+    name: &'static str,
+    unit: &'static str,
+    floor: f64,
+    kind: &'static str,
+) -> MetricSpec {
     MetricSpec {
         name,
         unit,
         per_process: true,
         zero_when_missing: true,
         floor,
+        kind,
     }
 }
+
+/// The kinds of incident, each the evidence of its metrics in [`METRICS`]
+/// (and [`baseline::NEW_PROCESS`]: a program with no history on the CPU).
+pub const CPU: &str = "cpu";
+pub const MEMORY: &str = "memory";
+pub const CACHE_THRASH: &str = "cache_thrash";
+pub const IO: &str = "io";
+pub const NUMA: &str = "numa";
+pub const LOST: &str = "lost";
 
 /// Every metric the timeline watches, with the least rise that counts.
 /// System counters keep their kernel names (`/proc/vmstat`, `/proc/stat`).
 pub const METRICS: &[MetricSpec] = &[
-    system("pgscan_kswapd", "pages/s", 1000.0, false),
-    system("pgscan_direct", "pages/s", 100.0, false),
-    system("pgsteal_kswapd", "pages/s", 1000.0, false),
-    system("pgsteal_direct", "pages/s", 100.0, false),
-    system("pgfault", "faults/s", 20_000.0, false),
-    system("pgmajfault", "faults/s", 100.0, false),
-    system("pgmigrate_success", "pages/s", 100.0, false),
-    system("numa_pages_migrated", "pages/s", 100.0, false),
-    system("numa_miss", "pages/s", 1000.0, false),
-    system("ctxt", "switches/s", 5000.0, false),
-    system("cpu_busy", "% of all CPUs", 25.0, false),
-    system("iowait", "% of all CPUs", 10.0, false),
-    system("psi_cpu_some", "% of time", 10.0, false),
-    system("psi_memory_some", "% of time", 5.0, false),
-    system("psi_memory_full", "% of time", 5.0, false),
-    system("psi_io_some", "% of time", 10.0, false),
-    system("runq_wait", "ms/s", 200.0, true),
-    system("offcpu_d", "ms/s", 200.0, true),
-    system("lost", "events", 1.0, true),
-    process("process_cpu", "% of one CPU", 25.0),
-    process("process_faults", "faults/s", 5000.0),
-    process("process_runq_wait", "ms/s", 100.0),
-    process("process_offcpu_d", "ms/s", 200.0),
-    process("process_numa_migrated", "pages/s", 100.0),
+    // Reclaim by kswapd with major faults is the page cache thrashing;
+    // direct reclaim and memory pressure stall tasks on allocation.
+    system("pgscan_kswapd", "pages/s", 1000.0, false, CACHE_THRASH),
+    system("pgscan_direct", "pages/s", 100.0, false, MEMORY),
+    system("pgsteal_kswapd", "pages/s", 1000.0, false, CACHE_THRASH),
+    system("pgsteal_direct", "pages/s", 100.0, false, MEMORY),
+    system("pgfault", "faults/s", 20_000.0, false, MEMORY),
+    system("pgmajfault", "faults/s", 100.0, false, CACHE_THRASH),
+    system("pgmigrate_success", "pages/s", 100.0, false, NUMA),
+    system("numa_pages_migrated", "pages/s", 100.0, false, NUMA),
+    system("numa_miss", "pages/s", 1000.0, false, NUMA),
+    system("ctxt", "switches/s", 5000.0, false, CPU),
+    system("cpu_busy", "% of all CPUs", 25.0, false, CPU),
+    system("iowait", "% of all CPUs", 10.0, false, IO),
+    system("psi_cpu_some", "% of time", 10.0, false, CPU),
+    system("psi_memory_some", "% of time", 5.0, false, MEMORY),
+    system("psi_memory_full", "% of time", 5.0, false, MEMORY),
+    system("psi_io_some", "% of time", 10.0, false, IO),
+    system("runq_wait", "ms/s", 200.0, true, CPU),
+    system("offcpu_d", "ms/s", 200.0, true, IO),
+    system("lost", "events", 1.0, true, LOST),
+    process("process_cpu", "% of one CPU", 25.0, CPU),
+    process("process_faults", "faults/s", 5000.0, MEMORY),
+    process("process_runq_wait", "ms/s", 100.0, CPU),
+    process("process_offcpu_d", "ms/s", 200.0, IO),
+    process("process_numa_migrated", "pages/s", 100.0, NUMA),
 ];
 
 const VMSTAT: &[&str] = &[
@@ -104,6 +128,14 @@ pub fn parse_metric(name: &str) -> Result<String, String> {
     Err(format!("no such metric; one of {}", names.join(", ")))
 }
 
+/// Parses `--sensitivity`: a number above 0.
+pub fn parse_sensitivity(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
+        _ => Err("a number above 0, e.g. 0.5, 1 or 2".into()),
+    }
+}
+
 pub(super) fn quoted(names: &[&str]) -> String {
     names
         .iter()
@@ -113,9 +145,10 @@ pub(super) fn quoted(names: &[&str]) -> String {
 }
 
 /// How far before the reported range the timeline reads intervals for its
-/// baselines: a range narrowed to an incident is judged against the hour
-/// before it, not against itself.
-pub const HISTORY_NS: i64 = 3600 * 1_000_000_000;
+/// baselines: the trailing hour, and the same time of day a day before
+/// (see [`baseline`]), so a range narrowed to an incident is judged against
+/// what was normal before it.
+pub const HISTORY_NS: i64 = baseline::DAY_NS + baseline::SEASON_HALF_NS;
 
 /// The statement: every metric per interval, in long form, from
 /// [`HISTORY_NS`] before the range (where it has a start) to its end.
@@ -241,7 +274,7 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
 /// is history for the baselines.
 pub fn incidents(samples: &[Sample], env: &Env) -> Vec<Incident> {
     let from = env.from.map(|from| env.interval.align(from));
-    baseline::incidents(samples, METRICS, env.interval.ns(), from)
+    baseline::incidents(samples, METRICS, env.interval.ns(), from, env.sensitivity)
 }
 
 /// An incident as the JSON contract prints it.
@@ -256,16 +289,21 @@ pub fn incident_json(incident: &Incident) -> Value {
                 "pid": m.pid,
                 "comm": m.comm,
                 "baseline": round(m.baseline),
+                "normal_max": round(m.normal_max),
                 "observed": round(m.observed),
                 "score": round(m.score),
                 "peak": rfc3339(m.peak),
+                "new": m.new,
             })
         })
         .collect();
     let contributors: Vec<Value> = incident
         .contributors
         .iter()
-        .map(|c| json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share)}))
+        .map(|c| {
+            json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share),
+                   "score": round(c.score)})
+        })
         .collect();
     let counters: Vec<&str> = incident
         .metrics
@@ -277,6 +315,7 @@ pub fn incident_json(incident: &Incident) -> Value {
         "start": rfc3339(incident.start),
         "end": rfc3339(incident.end),
         "peak": rfc3339(incident.peak),
+        "kinds": incident.kinds,
         "metrics": metrics,
         "contributors": contributors,
         "counters": counters,
@@ -308,26 +347,28 @@ pub fn write(
         Format::Csv => {
             writeln!(
                 out,
-                "incident,host,start,end,peak,row,metric,unit,pid,comm,baseline,observed,score,share"
+                "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share"
             )?;
             for (i, inc) in incidents.iter().enumerate() {
                 let head = format!(
-                    "{},{},{},{},{}",
+                    "{},{},{},{},{},{}",
                     i + 1,
                     csv(inc.host.as_deref().unwrap_or("")),
                     rfc3339(inc.start),
                     rfc3339(inc.end),
-                    rfc3339(inc.peak)
+                    rfc3339(inc.peak),
+                    csv(&inc.kinds.join(" "))
                 );
                 for m in &inc.metrics {
                     writeln!(
                         out,
-                        "{head},metric,{},{},{},{},{},{},{},",
+                        "{head},metric,{},{},{},{},{},{},{},{},",
                         m.metric,
                         csv(m.unit),
                         m.pid.map_or(String::new(), |p| p.to_string()),
                         csv(m.comm.as_deref().unwrap_or("")),
                         round(m.baseline),
+                        round(m.normal_max),
                         round(m.observed),
                         round(m.score)
                     )?;
@@ -335,10 +376,11 @@ pub fn write(
                 for c in &inc.contributors {
                     writeln!(
                         out,
-                        "{head},contributor,{},,{},{},,,,{}",
+                        "{head},contributor,{},,{},{},,,,{},{}",
                         c.metric,
                         c.pid,
                         csv(c.comm.as_deref().unwrap_or("")),
+                        round(c.score),
                         round(c.share)
                     )?;
                 }
@@ -358,11 +400,12 @@ pub fn write(
                     out,
                     "{}",
                     layout.heading(&format!(
-                        "incident {}  {host}{} .. {}  peak {}",
+                        "incident {}  {host}{} .. {}  peak {}  {}",
                         i + 1,
                         rfc3339(inc.start),
                         rfc3339(inc.end),
-                        rfc3339(inc.peak)
+                        rfc3339(inc.peak),
+                        inc.kinds.join(", ")
                     ))
                 )?;
                 let mut table = Table::new(vec![
@@ -370,6 +413,7 @@ pub fn write(
                     human::figure("PID"),
                     human::name("COMM", 16),
                     human::figure("BASELINE"),
+                    human::figure("NORMAL<="),
                     human::figure("OBSERVED"),
                     human::figure("SCORE"),
                     human::label("UNIT"),
@@ -381,6 +425,7 @@ pub fn write(
                         m.pid.map_or("-".into(), |p| p.to_string()),
                         m.comm.clone().unwrap_or_else(|| "-".into()),
                         human::rate(Some(m.baseline)),
+                        human::rate(Some(m.normal_max)),
                         human::rate(Some(m.observed)),
                         format!("{:.1}", m.score),
                         m.unit.to_owned(),
@@ -392,11 +437,16 @@ pub fn write(
                     for c in &inc.contributors {
                         writeln!(
                             out,
-                            "  {:>5.1}%  pid {:<8} {:<16} ({})",
+                            "  {:>5.1}%  pid {:<8} {:<16} ({}{})",
                             100.0 * c.share,
                             c.pid,
                             c.comm.as_deref().unwrap_or("-"),
-                            c.metric
+                            c.metric,
+                            if c.score > 0.0 {
+                                format!(", score {:.1}", c.score)
+                            } else {
+                                String::new()
+                            }
                         )?;
                     }
                 }

@@ -163,12 +163,13 @@ fn timeline_table_and_csv_name_the_hog() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "incident,host,start,end,peak,row,metric,unit,pid,comm,baseline,observed,score,share"
+        "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share"
     );
+    // 49.5 % where nothing ran before: 1.98 floors (25 points) above it.
     assert!(
         lines
             .iter()
-            .any(|l| l.contains(",contributor,process_cpu,,77,hog,,,,1")),
+            .any(|l| l.contains(",new_process,contributor,process_cpu,,77,hog,,,,1.98,1")),
         "{csv}"
     );
 }
@@ -354,6 +355,7 @@ fn env_at(step: &str, indexed: bool) -> hindsight::report::Env {
         sessions: Vec::new(),
         pid: None,
         metric: None,
+        sensitivity: 1.0,
         indexed,
     }
 }

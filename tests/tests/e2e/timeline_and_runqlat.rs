@@ -126,7 +126,8 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         .collect();
     assert_eq!(lines.len(), 1, "{table}");
     assert_eq!(lines[0][2], "hs-load", "{table}");
-    let observed: f64 = lines[0][4].replace(',', "").parse().unwrap();
+    // METRIC PID COMM BASELINE NORMAL<= OBSERVED ...
+    let observed: f64 = lines[0][5].replace(',', "").parse().unwrap();
     let truth = hog["observed"].as_f64().unwrap();
     assert!(
         (observed - truth).abs() <= 0.005 * truth + 0.05,

@@ -318,6 +318,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
         show_sql: false,
         pid: None,
         metric: None,
+        sensitivity: 1.0,
         at: None,
     };
     let env = Env::new(&options, recordings)?;
@@ -1240,9 +1241,11 @@ mod tests {
             pid: Some(77),
             comm: Some("hog".into()),
             baseline: 0.0,
+            normal_max: 25.0,
             observed: 49.5,
-            score: 9.0,
+            score: 2.0,
             peak: 0,
+            new: true,
         };
         assert_eq!(metric_words(&m), "CPU used by hog (77)");
     }
