@@ -5,7 +5,8 @@
 //! Method (also in `report timeline --help`): a series is a system metric,
 //! or a per-process metric of one program (its processes of one `comm`
 //! summed, so a build's hundredth `cc1` has the history of the ninety-nine
-//! before it), with one value per interval. Each interval is judged against
+//! before it; a process that exec'd or renamed itself within an interval
+//! counts under the name it did most under), with one value per interval. Each interval is judged against
 //! its own history: the series' values in the [`TRAILING_NS`] before it and,
 //! where the recording reaches back a day, the same time of day the day
 //! before ([`SEASON_HALF_NS`] either side), leaving out intervals that
@@ -341,6 +342,24 @@ pub fn incidents(
             .take_while(|&t| t <= last)
             .collect();
     }
+    // A process that renamed itself or exec'd within an interval has a row
+    // under each name: all of it goes to the name it did the most under.
+    let name = |s: &Sample| {
+        s.comm
+            .clone()
+            .unwrap_or_else(|| format!("pid {}", s.pid.unwrap_or_default()))
+    };
+    let mut main_name: BTreeMap<(&Option<String>, &str, i32, i64), (f64, String)> = BTreeMap::new();
+    for s in samples {
+        if let Some(pid) = s.pid {
+            let entry = main_name
+                .entry((&s.host, s.metric.as_str(), pid, s.interval))
+                .or_insert((f64::NEG_INFINITY, String::new()));
+            if s.value > entry.0 {
+                *entry = (s.value, name(s));
+            }
+        }
+    }
     let mut series: BTreeMap<SeriesKey, BTreeMap<i64, f64>> = BTreeMap::new();
     // (host, metric, comm) -> pid -> interval -> value: who within a program did it
     let mut by_pid: BTreeMap<SeriesKey, BTreeMap<i32, BTreeMap<i64, f64>>> = BTreeMap::new();
@@ -350,11 +369,10 @@ pub fn incidents(
         };
         let comm = match (spec.per_process, s.pid) {
             (false, _) => None,
-            (true, pid) => Some(
-                s.comm
-                    .clone()
-                    .unwrap_or_else(|| format!("pid {}", pid.unwrap_or_default())),
-            ),
+            (true, None) => Some(name(s)),
+            (true, Some(pid)) => main_name
+                .get(&(&s.host, s.metric.as_str(), pid, s.interval))
+                .map(|(_, comm)| comm.clone()),
         };
         let key = (s.host.clone(), s.metric.clone(), comm);
         *series
@@ -713,6 +731,23 @@ mod tests {
         assert_eq!((first.pid, first.comm.as_deref()), (77, Some("p77")));
         assert!((first.share - 160.0 / 180.5).abs() < 1e-9, "{first:?}");
         assert!((first.score - 4.0).abs() < 1e-9, "{first:?}");
+    }
+
+    #[test]
+    fn a_process_that_renames_itself_is_one_program_in_the_interval() {
+        // pid 77 runs 30 % as its parent's name, then 70 % as `hog`.
+        let samples = quiet(30, |k| match k {
+            20 => vec![named(k, 77, "parent", 30.0), named(k, 77, "hog", 70.0)],
+            _ => vec![],
+        });
+        let found = find(&samples);
+        assert_eq!(spans(&found), [(20, 21)], "{found:#?}");
+        let departed: Vec<(Option<&str>, f64)> = found[0]
+            .metrics
+            .iter()
+            .map(|m| (m.comm.as_deref(), m.observed))
+            .collect();
+        assert_eq!(departed, [(Some("hog"), 100.0)]);
     }
 
     #[test]
