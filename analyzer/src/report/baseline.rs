@@ -5,8 +5,9 @@
 //! Method (also in `report timeline --help`): a series is a system metric,
 //! or a per-process metric of one program (its processes of one `comm`
 //! summed, so a build's hundredth `cc1` has the history of the ninety-nine
-//! before it; a process that exec'd or renamed itself within an interval
-//! counts under the name it did most under), with one value per interval. Each interval is judged against
+//! before it; a process seen under several names, as after an exec,
+//! counts under the one it did most under, see [`program_names`]), with
+//! one value per interval. Each interval is judged against
 //! its own history: the series' values in the [`TRAILING_NS`] before it and,
 //! where the recording reaches back a day, the same time of day the day
 //! before ([`SEASON_HALF_NS`] either side), leaving out intervals that
@@ -313,6 +314,69 @@ fn burst_peaks(spans: &[std::ops::Range<usize>], values: &[f64], line: f64) -> V
     peaks
 }
 
+/// A sample's process and interval: (host, metric, pid, interval).
+type SampleKey<'a> = (&'a Option<String>, &'a str, Option<i32>, i64);
+
+fn sample_key(s: &Sample) -> SampleKey<'_> {
+    (&s.host, s.metric.as_str(), s.pid, s.interval)
+}
+
+/// The name a per-process sample counts under when its row has none.
+fn name(s: &Sample) -> String {
+    s.comm
+        .clone()
+        .unwrap_or_else(|| format!("pid {}", s.pid.unwrap_or_default()))
+}
+
+/// The program each per-process sample counts under. A process's rows may
+/// carry several names: a thread keeps the name it had when it was switched
+/// in, so a fork that exec'd without leaving the CPU burns under its
+/// parent's name until its next switch. Over a run of consecutive intervals
+/// of one process (a pid seen again after a gap may be another process),
+/// every sample counts under the name it did the most under in the run.
+fn program_names<'a>(samples: &'a [Sample], interval_ns: i64) -> BTreeMap<SampleKey<'a>, String> {
+    // (host, metric, pid) -> interval -> name -> value
+    type ByInterval = BTreeMap<i64, BTreeMap<String, f64>>;
+    let mut rows: BTreeMap<(&Option<String>, &str, i32), ByInterval> = BTreeMap::new();
+    for s in samples {
+        if let Some(pid) = s.pid {
+            *rows
+                .entry((&s.host, s.metric.as_str(), pid))
+                .or_default()
+                .entry(s.interval)
+                .or_default()
+                .entry(name(s))
+                .or_default() += s.value;
+        }
+    }
+    let mut names = BTreeMap::new();
+    for ((host, metric, pid), intervals) in rows {
+        let mut run: Vec<(i64, &BTreeMap<String, f64>)> = Vec::new();
+        let mut flush = |run: &mut Vec<(i64, &BTreeMap<String, f64>)>| {
+            let mut totals: BTreeMap<&String, f64> = BTreeMap::new();
+            for (_, by_name) in run.iter() {
+                for (n, v) in *by_name {
+                    *totals.entry(n).or_default() += v;
+                }
+            }
+            if let Some((main, _)) = totals.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+                for (t, _) in run.iter() {
+                    names.insert((host, metric, Some(pid), *t), main.clone());
+                }
+            }
+            run.clear();
+        };
+        for (t, by_name) in &intervals {
+            if run.last().is_some_and(|(last, _)| last + interval_ns != *t) {
+                flush(&mut run);
+            }
+            run.push((*t, by_name));
+        }
+        flush(&mut run);
+    }
+    names
+}
+
 /// Finds the incidents in `samples`, on each host's grid of intervals from
 /// its first to its last sample, `interval_ns` apart. Intervals before
 /// `report_from` are history: they are judged and serve as history, and
@@ -342,24 +406,7 @@ pub fn incidents(
             .take_while(|&t| t <= last)
             .collect();
     }
-    // A process that renamed itself or exec'd within an interval has a row
-    // under each name: all of it goes to the name it did the most under.
-    let name = |s: &Sample| {
-        s.comm
-            .clone()
-            .unwrap_or_else(|| format!("pid {}", s.pid.unwrap_or_default()))
-    };
-    let mut main_name: BTreeMap<(&Option<String>, &str, i32, i64), (f64, String)> = BTreeMap::new();
-    for s in samples {
-        if let Some(pid) = s.pid {
-            let entry = main_name
-                .entry((&s.host, s.metric.as_str(), pid, s.interval))
-                .or_insert((f64::NEG_INFINITY, String::new()));
-            if s.value > entry.0 {
-                *entry = (s.value, name(s));
-            }
-        }
-    }
+    let names = program_names(samples, interval_ns);
     let mut series: BTreeMap<SeriesKey, BTreeMap<i64, f64>> = BTreeMap::new();
     // (host, metric, comm) -> pid -> interval -> value: who within a program did it
     let mut by_pid: BTreeMap<SeriesKey, BTreeMap<i32, BTreeMap<i64, f64>>> = BTreeMap::new();
@@ -369,10 +416,12 @@ pub fn incidents(
         };
         let comm = match (spec.per_process, s.pid) {
             (false, _) => None,
-            (true, None) => Some(name(s)),
-            (true, Some(pid)) => main_name
-                .get(&(&s.host, s.metric.as_str(), pid, s.interval))
-                .map(|(_, comm)| comm.clone()),
+            (true, _) => Some(
+                names
+                    .get(&sample_key(s))
+                    .cloned()
+                    .unwrap_or_else(|| name(s)),
+            ),
         };
         let key = (s.host.clone(), s.metric.clone(), comm);
         *series
@@ -735,19 +784,28 @@ mod tests {
 
     #[test]
     fn a_process_that_renames_itself_is_one_program_in_the_interval() {
-        // pid 77 runs 30 % as its parent's name, then 70 % as `hog`.
+        // pid 77 runs 30 % under its parent's name, then 70 % as `hog`,
+        // then 60 % under the parent's name alone (not switched out since
+        // the fork), then 90 % as `hog`; pid 77 again after a gap is
+        // another process, `other`.
         let samples = quiet(30, |k| match k {
             20 => vec![named(k, 77, "parent", 30.0), named(k, 77, "hog", 70.0)],
+            21 => vec![named(k, 77, "parent", 60.0)],
+            22 => vec![named(k, 77, "hog", 90.0)],
+            25 => vec![named(k, 77, "other", 80.0)],
             _ => vec![],
         });
         let found = find(&samples);
-        assert_eq!(spans(&found), [(20, 21)], "{found:#?}");
-        let departed: Vec<(Option<&str>, f64)> = found[0]
-            .metrics
-            .iter()
-            .map(|m| (m.comm.as_deref(), m.observed))
-            .collect();
-        assert_eq!(departed, [(Some("hog"), 100.0)]);
+        assert_eq!(spans(&found), [(20, 23), (25, 26)], "{found:#?}");
+        let departed = |i: usize| -> Vec<(Option<&str>, f64)> {
+            found[i]
+                .metrics
+                .iter()
+                .map(|m| (m.comm.as_deref(), m.observed))
+                .collect()
+        };
+        assert_eq!(departed(0), [(Some("hog"), 100.0)]);
+        assert_eq!(departed(1), [(Some("other"), 80.0)]);
     }
 
     #[test]
