@@ -6,8 +6,8 @@
 //! or a per-process metric of one program (its processes of one `comm`
 //! summed, so a build's hundredth `cc1` has the history of the ninety-nine
 //! before it; a process seen under several names, as after an exec,
-//! counts under the one it did most under, see [`program_names`]), with
-//! one value per interval. Each interval is judged against
+//! counts under the last, see [`program_names`]), with one value per
+//! interval. Each interval is judged against
 //! its own history: the series' values in the [`TRAILING_NS`] before it and,
 //! where the recording reaches back a day, the same time of day the day
 //! before ([`SEASON_HALF_NS`] either side), leaving out intervals that
@@ -333,7 +333,9 @@ fn name(s: &Sample) -> String {
 /// in, so a fork that exec'd without leaving the CPU burns under its
 /// parent's name until its next switch. Over a run of consecutive intervals
 /// of one process (a pid seen again after a gap may be another process),
-/// every sample counts under the name it did the most under in the run.
+/// every sample counts under the name the run ends with: what it exec'd or
+/// renamed itself to (of several in its last interval, the one it did most
+/// under).
 fn program_names<'a>(samples: &'a [Sample], interval_ns: i64) -> BTreeMap<SampleKey<'a>, String> {
     // (host, metric, pid) -> interval -> name -> value
     type ByInterval = BTreeMap<i64, BTreeMap<String, f64>>;
@@ -353,13 +355,9 @@ fn program_names<'a>(samples: &'a [Sample], interval_ns: i64) -> BTreeMap<Sample
     for ((host, metric, pid), intervals) in rows {
         let mut run: Vec<(i64, &BTreeMap<String, f64>)> = Vec::new();
         let mut flush = |run: &mut Vec<(i64, &BTreeMap<String, f64>)>| {
-            let mut totals: BTreeMap<&String, f64> = BTreeMap::new();
-            for (_, by_name) in run.iter() {
-                for (n, v) in *by_name {
-                    *totals.entry(n).or_default() += v;
-                }
-            }
-            if let Some((main, _)) = totals.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+            let last = run.last().map(|(_, by_name)| *by_name);
+            let main = last.and_then(|by_name| by_name.iter().max_by(|a, b| a.1.total_cmp(b.1)));
+            if let Some((main, _)) = main {
                 for (t, _) in run.iter() {
                     names.insert((host, metric, Some(pid), *t), main.clone());
                 }
@@ -784,19 +782,18 @@ mod tests {
 
     #[test]
     fn a_process_that_renames_itself_is_one_program_in_the_interval() {
-        // pid 77 runs 30 % under its parent's name, then 70 % as `hog`,
-        // then 60 % under the parent's name alone (not switched out since
-        // the fork), then 90 % as `hog`; pid 77 again after a gap is
-        // another process, `other`.
+        // pid 77 runs 80 % under its parent's name (not switched out since
+        // the fork), then 30 % under it and 60 % as `hog`, then 20 % as
+        // `hog`; pid 77 again after a gap is another process, `other`.
         let samples = quiet(30, |k| match k {
-            20 => vec![named(k, 77, "parent", 30.0), named(k, 77, "hog", 70.0)],
-            21 => vec![named(k, 77, "parent", 60.0)],
-            22 => vec![named(k, 77, "hog", 90.0)],
+            20 => vec![named(k, 77, "parent", 100.0)],
+            21 => vec![named(k, 77, "parent", 30.0), named(k, 77, "hog", 60.0)],
+            22 => vec![named(k, 77, "hog", 20.0)],
             25 => vec![named(k, 77, "other", 80.0)],
             _ => vec![],
         });
         let found = find(&samples);
-        assert_eq!(spans(&found), [(20, 23), (25, 26)], "{found:#?}");
+        assert_eq!(spans(&found), [(20, 22), (25, 26)], "{found:#?}");
         let departed = |i: usize| -> Vec<(Option<&str>, f64)> {
             found[i]
                 .metrics
