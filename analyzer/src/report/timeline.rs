@@ -147,7 +147,7 @@ pub(super) fn quoted(names: &[&str]) -> String {
 }
 
 /// How far before the reported range the timeline reads intervals for its
-/// baselines: the trailing hour, and the same time of day a day before
+/// baselines: the trailing 3 hours, and the same time of day a day before
 /// (see [`baseline`]), so a range narrowed to an incident is judged against
 /// what was normal before it.
 pub const HISTORY_NS: i64 = baseline::DAY_NS + baseline::SEASON_HALF_NS;
