@@ -244,6 +244,14 @@ struct hs_cache_counts {
 struct hs_stack {
 	__u32 kernel_frames;
 	__u32 user_frames;
+	/* The program the user frames are in, as /proc/<pid>/stat shows it
+	 * (startcode, startstack; 0 for a kernel thread): execve gives both
+	 * new values, so the recorder tells a sample of the program a process
+	 * ran before an execve from one of the program it runs now, and names
+	 * each by its own memory map or leaves it unnamed, never by the
+	 * other's. */
+	__u64 start_code;
+	__u64 start_stack;
 	__u64 ips[2 * HS_STACK_DEPTH];
 };
 

@@ -34,6 +34,9 @@ static __always_inline __u32 hs_read_stack(void *ctx, struct hs_stack *s, __u64 
 		user_frames = HS_STACK_DEPTH;
 	s->kernel_frames = kernel_frames;
 	s->user_frames = user_frames;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	s->start_code = BPF_CORE_READ(task, mm, start_code);
+	s->start_stack = BPF_CORE_READ(task, mm, start_stack);
 	return (kernel_frames + user_frames) * sizeof(__u64);
 }
 

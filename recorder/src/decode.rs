@@ -21,7 +21,7 @@ use crate::{
     },
     procfs::join_argv,
     rows::{AllRows, ProcessRow, TaskStatRow},
-    stacks::StackInterner,
+    stacks::{Program, Running, StackInterner},
     tasks::{boot_ns_to_tick, split_cputime},
     unwind::StackCopy,
 };
@@ -51,8 +51,8 @@ const _: () = assert!(size_of::<hs_exec>() == 312);
 const _: () = assert!(size_of::<hs_exit>() == 48);
 const _: () = assert!(size_of::<hs_fault>() == 64);
 const _: () = assert!(size_of::<hs_numa>() == 88);
-const _: () = assert!(size_of::<hs_sample>() == 40 + 8 + 2 * 64 * 8);
-const _: () = assert!(size_of::<hs_switch_stack>() == 88 + 8 + 2 * 64 * 8);
+const _: () = assert!(size_of::<hs_sample>() == 40 + 24 + 2 * 64 * 8);
+const _: () = assert!(size_of::<hs_switch_stack>() == 88 + 24 + 2 * 64 * 8);
 const _: () = assert!(size_of::<hs_task_exit>() == 152);
 
 /// Bytes before the stack addresses of a sample and of a switch with its
@@ -110,6 +110,17 @@ fn truncated<T: Plain + Default>(data: &[u8], kind: u32, fixed: usize) -> Result
     let n = data.len().min(bytes.len());
     bytes[..n].copy_from_slice(&data[..n]);
     Ok(value)
+}
+
+/// The [`Program`] of a stack record's `hs_stack` (the sampler's and the
+/// switch tracer's are one C struct, two generated Rust types).
+macro_rules! program {
+    ($stack:expr) => {
+        Program {
+            start_code: $stack.start_code,
+            start_stack: $stack.start_stack,
+        }
+    };
 }
 
 /// The kernel and user addresses of a stack, leaf first, as far as the
@@ -387,7 +398,16 @@ impl Decoder {
                     s.user_frames,
                     data.len() - SAMPLE_FIXED,
                 );
-                let stack_id = stacks.intern(e.pid, kernel, user, &mut rows.stack, &mut rows.frame);
+                let stack_id = stacks.intern(
+                    Running {
+                        pid: e.pid,
+                        program: program!(s),
+                    },
+                    kernel,
+                    user,
+                    &mut rows.stack,
+                    &mut rows.frame,
+                );
                 push_sample(ts, &e, !kernel.is_empty(), stack_id, rows);
             }
             hs_kind::HS_KIND_SAMPLE_COPY => {
@@ -397,7 +417,10 @@ impl Decoder {
                 let (kernel, user) =
                     split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
                 let stack_id = stacks.intern_copied(
-                    e.pid,
+                    Running {
+                        pid: e.pid,
+                        program: program!(s),
+                    },
                     kernel,
                     user,
                     &copy,
@@ -413,7 +436,10 @@ impl Decoder {
                 let (kernel, user) =
                     split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
                 let stack_id = stacks.intern_copied(
-                    e.sw.prev_pid,
+                    Running {
+                        pid: e.sw.prev_pid,
+                        program: program!(s),
+                    },
                     kernel,
                     user,
                     &copy,
@@ -432,7 +458,10 @@ impl Decoder {
                     data.len() - SWITCH_STACK_FIXED,
                 );
                 let stack_id = stacks.intern(
-                    e.sw.prev_pid,
+                    Running {
+                        pid: e.sw.prev_pid,
+                        program: program!(s),
+                    },
                     kernel,
                     user,
                     &mut rows.stack,

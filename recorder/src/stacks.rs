@@ -3,9 +3,13 @@
 //! identities, and each new frame goes to the symbolizer once.
 //!
 //! Runs on the ring-buffer thread, so it only does cheap work: a lookup in
-//! the process's memory map (read once per process from
+//! the process's memory map (read once per process and program from
 //! `/proc/<pid>/maps`, while the process is alive, and again when an
 //! address falls outside it), two hash-set probes, and a non-blocking send.
+//! Each stack record says which program its process ran ([`Program`]): a
+//! sample taken before an `execve` and read after it is not named by the
+//! new program's map (its frames stay unnamed), nor does it stop the new
+//! program's samples from being named.
 //! A process in another mount namespace (a container) mapped its files by
 //! paths of its own: they are read through `/proc/<pid>/root`, so its build
 //! ids and names are its own files', not the host's files of those paths.
@@ -88,6 +92,37 @@ pub fn stack_id(frame_ids: &[i64]) -> i64 {
         .fold(fnv1a(FNV_OFFSET, b"stack\0"), |h, id| {
             fnv1a(h, &id.to_le_bytes())
         }) as i64
+}
+
+/// The program a process runs, as its stack records carry it and
+/// `/proc/<pid>/stat` shows it: `execve` gives both addresses new values
+/// (the kernel randomizes them for every program it starts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Program {
+    pub start_code: u64,
+    pub start_stack: u64,
+}
+
+/// A process and the program it ran when a stack was taken: the key of
+/// the memory maps read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Running {
+    pub pid: u32,
+    pub program: Program,
+}
+
+/// The [`Program`] in a `/proc/<pid>/stat` text: fields 26 (startcode)
+/// and 28 (startstack), counted from the last `)` as the comm may hold
+/// spaces and parentheses.
+pub fn parse_stat_program(stat: &str) -> Option<Program> {
+    let (_, fields) = crate::procfs::split_stat(stat)?;
+    let mut fields = fields.split_whitespace().skip(26 - 3);
+    let start_code = fields.next()?.parse().ok()?;
+    let start_stack = fields.nth(1)?.parse().ok()?;
+    Some(Program {
+        start_code,
+        start_stack,
+    })
 }
 
 /// One line of `/proc/<pid>/maps` that maps code.
@@ -213,7 +248,7 @@ struct ProcessMaps {
 /// rows and sending each new frame to the symbolizer.
 pub struct StackInterner {
     proc_root: PathBuf,
-    processes: HashMap<u32, ProcessMaps>,
+    processes: HashMap<Running, ProcessMaps>,
     build_ids: HashMap<String, Option<String>>,
     written_stacks: HashSet<i64>,
     sent_frames: HashSet<i64>,
@@ -243,16 +278,16 @@ impl StackInterner {
 
     /// A process replaced its program: its old map no longer applies.
     pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+        self.processes.retain(|running, _| running.pid != pid);
     }
 
-    /// The `stack_id` of kernel then user addresses (each leaf first) of
-    /// `pid`; None for an empty stack. New stacks land in `stacks`, new
+    /// The `stack_id` of kernel then user addresses (each leaf first)
+    /// taken in `running`; None for an empty stack. New stacks land in `stacks`, new
     /// frames go to the symbolizer (or, when it is saturated, straight
     /// into `frames` without names).
     pub fn intern(
         &mut self,
-        pid: u32,
+        running: Running,
         kernel: &[u64],
         user: &[u64],
         stacks: &mut StackRows,
@@ -267,11 +302,11 @@ impl StackInterner {
             let id = kernel_frame_id(address);
             frame_ids.push(id);
             if self.first_time_frame(id) {
-                self.send(FrameRow::unnamed(id, true, address, pid), frames);
+                self.send(FrameRow::unnamed(id, true, address, running.pid), frames);
             }
         }
         for &address in user {
-            let row = self.user_frame(pid, address);
+            let row = self.user_frame(running, address);
             frame_ids.push(row.frame_id);
             if self.first_time_frame(row.frame_id) {
                 self.send(row, frames);
@@ -293,7 +328,7 @@ impl StackInterner {
     /// finds no more, the frame-pointer walk `user`.
     pub fn intern_copied(
         &mut self,
-        pid: u32,
+        running: Running,
         kernel: &[u64],
         user: &[u64],
         copy: &StackCopy,
@@ -301,21 +336,21 @@ impl StackInterner {
         frames: &mut FrameRows,
     ) -> Option<i64> {
         let mut unwound = std::mem::take(&mut self.unwound);
-        let id = if self.unwind(pid, copy, user, &mut unwound) {
-            self.intern(pid, kernel, &unwound, stacks, frames)
+        let id = if self.unwind(running, copy, user, &mut unwound) {
+            self.intern(running, kernel, &unwound, stacks, frames)
         } else {
-            self.intern(pid, kernel, user, stacks, frames)
+            self.intern(running, kernel, user, stacks, frames)
         };
         self.unwound = unwound;
         id
     }
 
-    fn unwind(&mut self, pid: u32, copy: &StackCopy, user: &[u64], out: &mut Vec<u64>) -> bool {
+    fn unwind(&mut self, key: Running, copy: &StackCopy, user: &[u64], out: &mut Vec<u64>) -> bool {
         // Reads the process's map if it is new, or the sample's address new to it.
-        if self.mapping_of(pid, copy.ip).is_none() {
+        if self.mapping_of(key, copy.ip).is_none() {
             return false;
         }
-        let Some(process) = self.processes.get(&pid) else {
+        let Some(process) = self.processes.get(&key) else {
             return false;
         };
         let generation = self.unwinders.generation;
@@ -350,7 +385,7 @@ impl StackInterner {
                 }
             }
             let built = (self.unwinders.generation, unwinder);
-            if let Some(process) = self.processes.get_mut(&pid) {
+            if let Some(process) = self.processes.get_mut(&key) {
                 process.unwinder = Some(built);
             }
         }
@@ -358,7 +393,7 @@ impl StackInterner {
             maps,
             unwinder: Some((_, unwinder)),
             ..
-        }) = self.processes.get(&pid)
+        }) = self.processes.get(&key)
         else {
             return false;
         };
@@ -388,9 +423,10 @@ impl StackInterner {
     }
 
     /// Identifies a user address through the process's memory map.
-    fn user_frame(&mut self, pid: u32, address: u64) -> FrameRow {
+    fn user_frame(&mut self, running: Running, address: u64) -> FrameRow {
+        let pid = running.pid;
         let mut row = FrameRow::unnamed(anon_frame_id(pid, address), false, address, pid);
-        let Some(mapping) = self.mapping_of(pid, address) else {
+        let Some(mapping) = self.mapping_of(running, address) else {
             return row;
         };
         let Some(path) = mapping.path else {
@@ -411,7 +447,7 @@ impl StackInterner {
         }
         let open_path = self
             .processes
-            .get(&pid)
+            .get(&running)
             .and_then(|p| p.root.as_ref())
             .map(|root| format!("{root}{path}"));
         let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path));
@@ -432,9 +468,12 @@ impl StackInterner {
         (theirs != ours).then(|| process.join("root").to_string_lossy().into_owned())
     }
 
-    fn mapping_of(&mut self, pid: u32, address: u64) -> Option<Mapping> {
+    /// The mapping of `address` in the map of `key`'s process running its
+    /// program, reading the map when the process or program is new, or
+    /// the address new to it.
+    fn mapping_of(&mut self, key: Running, address: u64) -> Option<Mapping> {
         let mut quick_rereads = 0;
-        if let Some(p) = self.processes.get(&pid) {
+        if let Some(p) = self.processes.get(&key) {
             if let Some(m) = find_mapping(&p.maps, address) {
                 return Some(m.clone());
             }
@@ -443,25 +482,64 @@ impl StackInterner {
             }
             quick_rereads = p.quick_rereads.saturating_add(1);
         }
-        // New process, or a new mapping (dlopen, JIT): read the map again.
+        // New process or program, or a new mapping (dlopen, JIT): read the map again.
         if self.processes.len() >= MAX_PROCESSES {
             self.processes.clear();
         }
-        let path = self.proc_root.join(pid.to_string()).join("maps");
-        let maps = std::fs::read_to_string(path)
-            .map(|t| parse_maps(&t))
-            .unwrap_or_default();
-        if maps.is_empty() {
-            // Gone (or a kernel thread): what was read of it while it ran
-            // still names its earlier samples.
-            if let Some(p) = self.processes.get_mut(&pid) {
-                p.read_at = Instant::now();
-                p.quick_rereads = QUICK_REREADS;
-                return None;
+        let Running { pid, program } = key;
+        let (now, maps) = self.read_maps(pid);
+        let same_program = program == Program::default() || now.is_none_or(|now| now == program);
+        if maps.is_empty() || !same_program {
+            // Gone, or it has run another program since this record was
+            // taken: what was read of this program while it ran still
+            // names its records, the map of the next one none of them.
+            if let Some(program) = now.filter(|_| !maps.is_empty()) {
+                let next = Running { pid, program };
+                if !self.processes.contains_key(&next) {
+                    self.remember_maps(next, maps, 0);
+                }
             }
+            let p = self.processes.entry(key).or_insert_with(|| ProcessMaps {
+                maps: Vec::new(),
+                unwinder: None,
+                read_at: Instant::now(),
+                quick_rereads: QUICK_REREADS,
+                root: None,
+            });
+            p.read_at = Instant::now();
+            p.quick_rereads = QUICK_REREADS;
+            return None;
         }
         let found = find_mapping(&maps, address).cloned();
-        let root = self.foreign_root(pid);
+        self.remember_maps(key, maps, quick_rereads);
+        found
+    }
+
+    /// The program `pid` runs and its executable mappings (empty when it
+    /// is gone or a kernel thread), read from `/proc`; the program is
+    /// None when `/proc` does not show it. The program is read before and
+    /// after the map, so that an `execve` between the two is seen.
+    fn read_maps(&self, pid: u32) -> (Option<Program>, Vec<Mapping>) {
+        let dir = self.proc_root.join(pid.to_string());
+        let program = || {
+            std::fs::read_to_string(dir.join("stat"))
+                .ok()
+                .and_then(|stat| parse_stat_program(&stat))
+        };
+        for _ in 0..2 {
+            let before = program();
+            let maps = std::fs::read_to_string(dir.join("maps"))
+                .map(|t| parse_maps(&t))
+                .unwrap_or_default();
+            if program() == before {
+                return (before, maps);
+            }
+        }
+        (None, Vec::new())
+    }
+
+    fn remember_maps(&mut self, key: Running, maps: Vec<Mapping>, quick_rereads: u8) {
+        let root = self.foreign_root(key.pid);
         if let Some(root) = &root {
             // A container's files are read through its root, which goes
             // with the process: their build ids are read now, while it
@@ -473,7 +551,7 @@ impl StackInterner {
             }
         }
         self.processes.insert(
-            pid,
+            key,
             ProcessMaps {
                 maps,
                 unwinder: None,
@@ -482,7 +560,6 @@ impl StackInterner {
                 root,
             },
         );
-        found
     }
 
     fn build_id_of(&mut self, path: &str) -> Option<String> {
@@ -564,14 +641,20 @@ mod tests {
         let mut stacks = StackRows::new();
         let mut frames = FrameRows::new();
         let a = interner.intern(
-            7,
+            Running {
+                pid: 7,
+                program: Program::default(),
+            },
             &[0xffff_1000],
             &[0x1010, 0x2020],
             &mut stacks,
             &mut frames,
         );
         let b = interner.intern(
-            7,
+            Running {
+                pid: 7,
+                program: Program::default(),
+            },
             &[0xffff_1000],
             &[0x1010, 0x2020],
             &mut stacks,
@@ -593,7 +676,10 @@ mod tests {
         )
         .unwrap();
         let c = interner.intern(
-            8,
+            Running {
+                pid: 8,
+                program: Program::default(),
+            },
             &[0xffff_1000],
             &[0x9010, 0xa020],
             &mut stacks,
@@ -611,6 +697,92 @@ mod tests {
             user_frame_id("/nonexistent/app", 0x1020),
         ]);
         assert_eq!(a, Some(expected));
-        assert_eq!(interner.intern(8, &[], &[], &mut stacks, &mut frames), None);
+        assert_eq!(
+            interner.intern(
+                Running {
+                    pid: 8,
+                    program: Program::default()
+                },
+                &[],
+                &[],
+                &mut stacks,
+                &mut frames
+            ),
+            None
+        );
+    }
+
+    /// A `/proc/<pid>/stat` line of a process running `program`.
+    fn stat_line(pid: u32, program: Program) -> String {
+        let fields: Vec<String> = (3..=52)
+            .map(|field| match field {
+                3 => "R".to_string(),
+                26 => program.start_code.to_string(),
+                28 => program.start_stack.to_string(),
+                _ => "0".to_string(),
+            })
+            .collect();
+        format!("{pid} (a (b) c) {}\n", fields.join(" "))
+    }
+
+    #[test]
+    fn the_program_is_read_from_stat_past_a_comm_with_parentheses() {
+        let program = Program {
+            start_code: 0x5555_0000,
+            start_stack: 0x7ffc_0000,
+        };
+        assert_eq!(parse_stat_program(&stat_line(9, program)), Some(program));
+        assert_eq!(parse_stat_program("9 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn a_sample_from_before_an_execve_is_not_named_by_the_new_program() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let root = tempfile::tempdir().unwrap();
+        let (old, new) = (
+            Program {
+                start_code: 0x1000,
+                start_stack: 0x7000,
+            },
+            Program {
+                start_code: 0x5000,
+                start_stack: 0x8000,
+            },
+        );
+        // By the time the recorder reads pid 9, it runs the new program,
+        // mapped where the old one had code too.
+        std::fs::create_dir(root.path().join("9")).unwrap();
+        std::fs::write(root.path().join("9/stat"), stat_line(9, new)).unwrap();
+        std::fs::write(
+            root.path().join("9/maps"),
+            "1000-6000 r-xp 00000000 08:01 7 /nonexistent/new\n",
+        )
+        .unwrap();
+        let mut interner = StackInterner::new(root.path(), tx);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let mut module_of = |program, address| {
+            interner.intern(
+                Running { pid: 9, program },
+                &[],
+                &[address],
+                &mut stacks,
+                &mut frames,
+            );
+            rx.try_recv().unwrap().module
+        };
+        // Samples of the old program: more of them than the map is read
+        // again at once for; none is named after the new program.
+        for address in 0x1010..0x1020 {
+            assert_eq!(module_of(old, address), None, "{address:#x}");
+        }
+        // The new program's samples are named by its map.
+        assert_eq!(module_of(new, 0x1100).as_deref(), Some("/nonexistent/new"));
+        assert_eq!(module_of(new, 0x5100).as_deref(), Some("/nonexistent/new"));
+        // A record that does not say its program (an old recorder's test
+        // data) takes the map /proc shows.
+        assert_eq!(
+            module_of(Program::default(), 0x1200).as_deref(),
+            Some("/nonexistent/new")
+        );
     }
 }

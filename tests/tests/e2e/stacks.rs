@@ -523,23 +523,38 @@ fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
     // process wake the recorder; it used to read them at its next drain,
     // up to 100 ms on, when most were gone and their frames anonymous).
     assert!(get("burning") >= runs as i64 * 9 / 10, "{frames:?}");
+    // The samples taken before a process's execve (in `unshare`, or in
+    // the test's fork) are in a program whose map was gone before the
+    // recorder read it: their frames are left unnamed, counted apart.
+    let comm: String = exe
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .chars()
+        .take(15)
+        .collect();
     let user = sql(
         &rec,
         &format!(
-            "SELECT count(*) AS frames, count(*) - count(f.module) AS anonymous
+            "SELECT count(*) AS frames, count(*) - count(f.module) AS anonymous,
+               count(CASE WHEN s.comm <> '{comm}' THEN 1 END) AS before_exec
              FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
                JOIN (SELECT frame_id, max(module) AS module, max(CAST(kind AS VARCHAR)) AS kind
                      FROM frame GROUP BY frame_id) f ON f.frame_id = k.frame_id
-             WHERE s.pid IN ({pids}) AND f.kind = 'user'"
+             WHERE s.pid IN ({pids}) AND f.kind = 'user' AND (s.comm = '{comm}' OR f.module IS NULL)"
         ),
     );
-    let (user_frames, anonymous) = (
-        user[0]["frames"].as_i64().unwrap(),
-        user[0]["anonymous"].as_i64().unwrap(),
+    let get = |c: &str| user[0][c].as_i64().unwrap();
+    let (before_exec, anonymous) = (get("before_exec"), get("anonymous") - get("before_exec"));
+    let user_frames = get("frames") - before_exec;
+    eprintln!(
+        "{anonymous} of {user_frames} user frames of {comm} in no known mapping; \
+         {before_exec} unnamed from before its execve"
     );
-    eprintln!("{anonymous} of {user_frames} user frames of those processes in no known mapping");
+    // One process's frames left unnamed (its map read too late, or read
+    // before its execve and kept) would be 3 % of them.
     assert!(
-        anonymous * 100 <= user_frames,
+        anonymous * 200 <= user_frames,
         "{anonymous} of {user_frames} user frames in no mapping the recorder read"
     );
     // One frame row per code address, whichever process ran it.
@@ -867,11 +882,19 @@ fn samples_in_the_vdso_are_named_and_unwound_to_main() {
         samples[0]["total"].as_i64().unwrap(),
         samples[0]["in_vdso"].as_i64().unwrap_or(0),
     );
-    // Readers take a frame's named row.
+    // Readers take a frame's named row. The workload's frames only:
+    // other processes' samples may land in vDSO code no exported symbol
+    // covers (the helper at the start of its .text that gettimeofday
+    // calls), left unnamed as perf leaves it.
     let vdso_frames = sql(
         &rec,
-        "SELECT frame_id, max(function) AS function FROM frame
-         WHERE CAST(module AS VARCHAR) = '[vdso]' GROUP BY frame_id",
+        &format!(
+            "SELECT frame_id, max(function) AS function, max(file_offset) AS file_offset FROM frame
+             WHERE CAST(module AS VARCHAR) = '[vdso]' AND frame_id IN
+               (SELECT k.frame_id FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
+                WHERE s.pid = {pid})
+             GROUP BY frame_id"
+        ),
     );
     let unnamed = vdso_frames
         .iter()
