@@ -48,7 +48,9 @@ drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 59 MiB RSS at the peak of a context-switch storm;
 55 MiB median and 61 MiB at the peak of a 30-minute mixed workload whose
 binaries the CPU sampler had to name. Bound: 64 MiB.
-A larger --ring-size costs twice its size (the ring is mapped twice over).
+A larger --ring-size costs twice its size for each of the sched and faults
+rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
+every ring is mapped twice over.
 
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
@@ -139,9 +141,10 @@ pub struct Args {
     #[arg(long)]
     pub off_cpu_stacks: bool,
 
-    /// Size of the BPF ring buffer between kernel and recorder (a power of two; e.g. 8M).
-    /// Its pages are resident twice over; a larger ring rides out longer bursts
-    /// without drops, at twice its size in memory.
+    /// Size of the BPF ring buffers between kernel and recorder (a power of two; e.g. 8M):
+    /// the sched and faults rings' size; the sampler's ring is an eighth of it (at least
+    /// 1 MiB). Their pages are resident twice over; larger rings ride out longer bursts
+    /// without drops, at twice their size in memory.
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
     pub ring_size: u64,
 

@@ -576,7 +576,7 @@ fn push_late(c: &mut Collector, ts: i64, table: &str, due: Instant, every: Durat
 
 /// The sampler's ring: a second of samples at their largest (a record with
 /// full kernel and user stacks is about 2 KiB), and at least an eighth of
-/// `--ring-size` (1 MiB at the default 8M; whoever raises it asks every
+/// `--ring-size` (under the 1 MiB floor at the default 4M; whoever raises it asks every
 /// ring to ride out longer pauses), at least 1 MiB, at most `--ring-size`,
 /// a power of two. Its pages are resident twice over (the data is mapped
 /// twice for wrap-around), so at 49 Hz on a few CPUs a ring the size of
