@@ -39,7 +39,6 @@ use arrow::array::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::empty::EmptyTable;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -53,6 +52,7 @@ use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use hindsight_schemas::{all_tables, journal, layout, tables::FRAME, VIEWS};
 
+use crate::chunk_format::ChunkFormat;
 use crate::debug_names;
 use crate::recording::{Recording, TableFiles};
 
@@ -177,7 +177,7 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
     if !files.dir.is_dir() {
         return Ok(Arc::new(EmptyTable::new(schema)));
     }
-    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+    let options = ListingOptions::new(Arc::new(ChunkFormat::default()))
         .with_file_extension(format!(".{}", layout::PARQUET_EXT));
     let journaled = journal_rows(files)?;
     if journaled.is_empty() {

@@ -46,6 +46,7 @@ use datafusion::prelude::SessionContext;
 
 pub mod catalog;
 pub mod chunk_file;
+pub mod chunk_format;
 pub mod cli;
 pub mod debug_names;
 pub mod export;

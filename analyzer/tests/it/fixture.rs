@@ -89,6 +89,46 @@ impl Rec {
         path
     }
 
+    /// Writes `rows` as the chunk `<table>/<file>` as the recorder lays
+    /// one out: row groups of `group_rows` rows, each sorted by the
+    /// table's key (declared in the file), the file as a whole not.
+    pub fn chunk_as_recorded(
+        &self,
+        table: &Table,
+        file: &str,
+        rows: &[Value],
+        group_rows: usize,
+    ) -> PathBuf {
+        let dir = self.dir.join(table.name);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(file);
+        let stamp = chunk_file::Stamp {
+            host: self.host.clone(),
+            boot_id: "boot-1".into(),
+            recorder_version: "0.1.0-test".into(),
+        };
+        let temp = dir.join(format!(".{file}.tmp"));
+        let mut writer = chunk_file::create(&temp, table, &stamp).unwrap();
+        for group in rows.chunks(group_rows) {
+            let mut group = group.to_vec();
+            group.sort_by(|a, b| {
+                table
+                    .sort_key
+                    .iter()
+                    .map(|column| match (a[*column].as_i64(), b[*column].as_i64()) {
+                        (Some(x), Some(y)) => x.cmp(&y),
+                        _ => a[*column].to_string().cmp(&b[*column].to_string()),
+                    })
+                    .find(|order| order.is_ne())
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            writer.write(&batch(table, &group)).unwrap();
+            writer.flush().unwrap();
+        }
+        chunk_file::commit(writer, &temp, &path).unwrap();
+        path
+    }
+
     /// Creates the folder of `table` without any chunk.
     pub fn empty_table(&self, table: &Table) {
         fs::create_dir_all(self.dir.join(table.name)).unwrap();

@@ -37,7 +37,7 @@ struct Truth {
 /// random moment before it next runs; one preempted (`R`) is not woken.
 /// Half the threads leaving a CPU were also woken a moment before, while
 /// still on it (the kernel reports such wakeups): those start no wait.
-fn simulate(rec: &Rec) -> Truth {
+fn simulate(rec: &Rec, one_file: bool) -> Truth {
     let mut rng = Lcg(42);
     let mut truth = Truth::default();
     let mut running = [0i32, 0i32]; // tid on each CPU
@@ -101,10 +101,22 @@ fn simulate(rec: &Rec) -> Truth {
         since[cpu] = now;
         started[cpu] = true;
     }
-    // Two chunks, split mid-way, as a recording that rolled a file.
-    let (a, b) = switches.split_at(switches.len() / 2);
-    rec.chunk(&SCHED_SWITCH, "20231114T221320.000Z-000001.parquet", a);
-    rec.chunk(&SCHED_SWITCH, "20231114T221320.500Z-000002.parquet", b);
+    // Two chunks (or one), split mid-way, as a recording that rolled a file; each
+    // in row groups sorted by CPU and time, as the recorder flushes them
+    // (a reader that took the file for sorted as a whole paired switches
+    // of different row groups and summed 632 % of a CPU for one thread).
+    if one_file {
+        rec.chunk_as_recorded(
+            &SCHED_SWITCH,
+            "20231114T221320.000Z-000001.parquet",
+            &switches,
+            64,
+        );
+    } else {
+        let (a, b) = switches.split_at(switches.len() / 2);
+        rec.chunk_as_recorded(&SCHED_SWITCH, "20231114T221320.000Z-000001.parquet", a, 64);
+        rec.chunk_as_recorded(&SCHED_SWITCH, "20231114T221320.500Z-000002.parquet", b, 64);
+    }
     wakeups.sort_by_key(|w| w["ts"].as_i64());
     rec.chunk(
         &SCHED_WAKEUP,
@@ -139,7 +151,7 @@ fn rows(rec: &Rec, sql: &str) -> Vec<Value> {
 fn cpu_time_sums_equal_the_simulated_on_cpu_time() {
     let fx = Fixture::new();
     let rec = fx.recording("rec", "h");
-    let truth = simulate(&rec);
+    let truth = simulate(&rec, false);
     let got: BTreeMap<i32, i64> = rows(
         &rec,
         "SELECT tid, sum(dur_ns) AS ns FROM cpu_time GROUP BY tid",
@@ -151,11 +163,38 @@ fn cpu_time_sums_equal_the_simulated_on_cpu_time() {
     assert!(truth.on_cpu_ns.len() == 5, "every thread ran");
 }
 
+/// One chunk of many row groups, each sorted by CPU and time: DataFusion
+/// takes the first row group's declared order for the file's, and paired
+/// switches across row groups (negative slices, 632 % of a CPU).
+#[test]
+fn cpu_time_of_one_chunk_in_sorted_row_groups_equals_the_simulation() {
+    let fx = Fixture::new();
+    let rec = fx.recording("rec", "h");
+    let truth = simulate(&rec, true);
+    let per_cpu = rows(
+        &rec,
+        "SELECT cpu, count(*) AS n, min(dur_ns) AS shortest FROM cpu_time GROUP BY cpu",
+    );
+    assert_eq!(per_cpu.len(), 2, "one group per CPU: {per_cpu:?}");
+    assert!(
+        per_cpu.iter().all(|r| r["shortest"].as_i64() >= Some(0)),
+        "{per_cpu:?}"
+    );
+    let got: BTreeMap<i32, i64> = rows(
+        &rec,
+        "SELECT tid, sum(dur_ns) AS ns FROM cpu_time GROUP BY tid",
+    )
+    .iter()
+    .map(|r| (r["tid"].as_i64().unwrap() as i32, r["ns"].as_i64().unwrap()))
+    .collect();
+    assert_eq!(got, truth.on_cpu_ns);
+}
+
 #[test]
 fn off_cpu_sums_per_state_equal_the_simulation() {
     let fx = Fixture::new();
     let rec = fx.recording("rec", "h");
-    let truth = simulate(&rec);
+    let truth = simulate(&rec, false);
     let got: BTreeMap<(i32, String), i64> = rows(
         &rec,
         "SELECT tid, state, sum(dur_ns) AS ns FROM off_cpu GROUP BY tid, state",
@@ -231,7 +270,7 @@ fn an_unseen_switch_in_ends_off_cpu_time_at_the_cpus_last_switch() {
 fn runq_latency_is_wakeup_or_preemption_to_next_run() {
     let fx = Fixture::new();
     let rec = fx.recording("rec", "h");
-    let mut truth = simulate(&rec).latencies_ns;
+    let mut truth = simulate(&rec, false).latencies_ns;
     let mut got: Vec<(i32, i64)> = rows(&rec, "SELECT tid, latency_ns FROM runq_latency")
         .iter()
         .map(|r| {
