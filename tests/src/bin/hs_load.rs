@@ -11,6 +11,13 @@
 //!   mapping in a fresh random order, drop them (MADV_DONTNEED) and again:
 //!   page faults by the million whose addresses do not compress, so a
 //!   recording of them grows fast (for the retention tests).
+//! - `sync-writes SECONDS FILE`: for SECONDS, append 4 KiB to FILE and
+//!   fdatasync it, again and again: a process that spends its time in
+//!   D state waiting for the disk (an I/O stall). Prints `syncs`.
+//! - `cold-reads SECONDS FILE`: for SECONDS, drop FILE from the page cache,
+//!   map it with readahead off (MADV_RANDOM) and read one byte of every
+//!   page: a major fault per page, each a read from disk (the page cache
+//!   thrashing). Prints `major_faults` (getrusage).
 //! - `tick COUNT PERIOD_US`: at nice -20 (like `burn`), sleep until each of COUNT
 //!   deadlines PERIOD_US apart (absolute, 1 ns timer slack) and measure how late
 //!   it ran after each: the ground truth of its run-queue latency (plus the
@@ -210,6 +217,69 @@ fn fault_storm(seconds: f64, mib: usize) -> serde_json::Value {
     serde_json::json!({ "faults": rounds * pages as u64 })
 }
 
+fn sync_writes(seconds: f64, path: &str) -> serde_json::Value {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open file to write");
+    let block = [0x5au8; 4096];
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut syncs = 0u64;
+    while Instant::now() < end {
+        file.write_all(&block).expect("write");
+        file.sync_data().expect("fdatasync");
+        syncs += 1;
+    }
+    serde_json::json!({ "syncs": syncs })
+}
+
+fn major_faults() -> i64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_majflt
+}
+
+fn cold_reads(seconds: f64, path: &str) -> serde_json::Value {
+    let file = File::open(path).expect("open file to read");
+    let size = file.metadata().expect("stat").len() as usize;
+    assert!(size >= page_size(), "{path} is under a page");
+    let before = major_faults();
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut sum = 0u64;
+    while Instant::now() < end {
+        // SAFETY: advising the kernel about a file descriptor we hold open.
+        let ret = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(ret, 0, "posix_fadvise");
+        // SAFETY: a private read-only mapping of the file we hold; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap of {path}");
+        // SAFETY: advising on the mapping we just made.
+        unsafe { libc::madvise(ptr, size, libc::MADV_RANDOM) };
+        for offset in (0..size).step_by(page_size()) {
+            if Instant::now() >= end {
+                break;
+            }
+            // SAFETY: every offset is inside the mapping.
+            sum += u64::from(unsafe { ptr.cast::<u8>().add(offset).read_volatile() });
+        }
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(ptr, size) };
+    }
+    serde_json::json!({ "major_faults": major_faults() - before, "sum": sum })
+}
+
 fn burn(seconds: f64) -> serde_json::Value {
     // On a shared 2-core machine other work would take part of "our" core;
     // nice -20 (we run as root) makes "burns one full core" actually true.
@@ -389,6 +459,8 @@ fn main() {
         }
         "numa-stray" => numa_stray(arg(1).parse().unwrap(), arg(2).parse().unwrap()),
         "read" => read(arg(1)),
+        "sync-writes" => sync_writes(arg(1).parse().unwrap(), arg(2)),
+        "cold-reads" => cold_reads(arg(1).parse().unwrap(), arg(2)),
         "evict" => evict(arg(1)),
         "tick" => tick(
             arg(1).parse().unwrap(),

@@ -1,5 +1,6 @@
 //! `report timeline` finds an injected CPU burst (and nothing in the quiet
-//! before it); `report runqlat` of a periodic task behind two hogs on its
+//! before it), and memory pressure, an I/O stall and a thrashing page
+//! cache, each by its kind; `report runqlat` of a periodic task behind two hogs on its
 //! CPU counts its sleeps, and its waits and the hogs' (after wakeups and
 //! preemptions) sum to the kernel's schedstat run_delay.
 
@@ -11,7 +12,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, shared, sql_count, table_rows,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, run, shared, sql_count, table_rows,
     utc_now_ns, Recorder, Scratch,
 };
 
@@ -175,6 +176,104 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
             .iter()
             .any(|m| m["metric"] == "process_cpu" && m["pid"].as_i64() == Some(burn_pid))),
         "the burst, narrowed to, is not an incident of the hog: {narrowed}"
+    );
+}
+
+/// Memory pressure, an I/O stall and the page cache thrashing, each made
+/// on the real kernel by a program of its own between quiet stretches:
+/// the timeline finds each as an incident of its kind with that program
+/// among its first contributors, and nothing in the quiet.
+#[test]
+fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    // Written and on disk before the recording starts: the cold reader
+    // drops it from the page cache and reads it back, page by page.
+    let cold = scratch.dir.path().join("cold");
+    std::fs::write(&cold, vec![1u8; 128 << 20]).unwrap();
+    std::fs::File::open(&cold).unwrap().sync_all().unwrap();
+    let synced = scratch.dir.path().join("synced");
+    let (cold, synced) = (cold.to_str().unwrap(), synced.to_str().unwrap());
+    let injections = [
+        ("hs-memory", ["fault-storm", "5", "64"], "memory"),
+        ("hs-io", ["sync-writes", "5", synced], "io"),
+        ("hs-cache", ["cold-reads", "5", cold], "cache_thrash"),
+    ];
+    let rec_dir = scratch.rec();
+    let recorder = Recorder::start(&rec_dir, &[]);
+    thread::sleep(Duration::from_secs(30));
+    let mut made = Vec::new();
+    for (name, args, kind) in injections {
+        let start = utc_now_ns();
+        let out = run(Command::new(bin("hs-load"))
+            .env("HS_LOAD_NAME", name)
+            .args(args));
+        let end = utc_now_ns();
+        assert!(
+            out.status.success(),
+            "hs-load {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let truth: Value = serde_json::from_slice(&out.stdout).unwrap();
+        eprintln!("{name} ({kind}): {truth}");
+        made.push((name, kind, truth["pid"].as_i64().unwrap(), start, end));
+        thread::sleep(Duration::from_secs(20));
+    }
+    recorder.stop();
+
+    let rec = rec_dir.to_str().unwrap();
+    let interval = 5 * S;
+    let text = hindsight_stdout(&["report", "timeline", rec, "-i", "5s", "-f", "json"]);
+    let incidents: Vec<Value> = serde_json::from_str(&text).expect("one JSON array");
+    let span = |incident: &Value| {
+        let time = |key: &str| parse_utc(incident[key].as_str().unwrap());
+        (time("start"), time("end"))
+    };
+    for incident in &incidents {
+        let names: Vec<&Value> = incident["contributors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take(3)
+            .map(|c| &c["comm"])
+            .collect();
+        eprintln!(
+            "incident {} .. {}: kinds {}, first contributors {names:?}",
+            incident["start"], incident["end"], incident["kinds"]
+        );
+    }
+    let overlaps = |(start, end): (i64, i64), from: i64, to: i64| {
+        start <= to + interval && end >= from - interval
+    };
+    for &(name, kind, pid, from, to) in &made {
+        let found = incidents.iter().filter(|i| overlaps(span(i), from, to));
+        let typed: Vec<&Value> = found
+            .filter(|i| i["kinds"].as_array().unwrap().iter().any(|k| k == kind))
+            .collect();
+        assert!(
+            typed.iter().any(|i| i["contributors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(3)
+                .any(|c| c["pid"].as_i64() == Some(pid))),
+            "{name} ({pid}) made no {kind} incident it is among the first contributors of, \
+             between {} and {}: {text}",
+            rfc3339(from),
+            rfc3339(to)
+        );
+    }
+    let in_the_quiet: Vec<&Value> = incidents
+        .iter()
+        .filter(|i| {
+            !made
+                .iter()
+                .any(|&(_, _, _, from, to)| overlaps(span(i), from, to))
+        })
+        .collect();
+    assert!(
+        in_the_quiet.is_empty(),
+        "incidents in the quiet: {in_the_quiet:?}"
     );
 }
 
