@@ -23,9 +23,9 @@ use datafusion::datasource::physical_plan::parquet::metadata::{
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::Result;
+use datafusion::object_store::{ObjectMeta, ObjectStore};
 use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::object_store::{ObjectMeta, ObjectStore};
 use parquet::file::metadata::ParquetMetaData;
 
 /// DataFusion's [`ParquetFormat`], trusting a file's declared order only

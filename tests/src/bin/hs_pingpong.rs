@@ -127,6 +127,13 @@ fn main() {
         }
         let voluntary = status_field(&status, "voluntary_ctxt_switches:");
         let nonvoluntary = status_field(&status, "nonvoluntary_ctxt_switches:");
+        // The scheduler's own account of its time on a CPU (sum_exec_runtime).
+        let runtime_ns: u64 = fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .expect("zombie schedstat is readable")
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse().ok())
+            .expect("schedstat starts with the run time in ns");
         // SAFETY: reaps the child we waited for.
         check(
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) },
@@ -134,7 +141,7 @@ fn main() {
         );
         results.push(serde_json::json!({
             "name": name, "pid": pid, "tid": pid, "ppid": std::process::id(),
-            "voluntary": voluntary, "nonvoluntary": nonvoluntary,
+            "voluntary": voluntary, "nonvoluntary": nonvoluntary, "runtime_ns": runtime_ns,
         }));
     }
     println!(
