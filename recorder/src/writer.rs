@@ -26,7 +26,10 @@
 //! does not stop it: batches that cannot be written are counted per table
 //! in [`WriterStats`] (the recording loop turns them into `loss` rows once
 //! writing works again), the outage is logged once a minute, and chunks
-//! that could not be closed are closed from their journals later.
+//! that could not be closed are closed from their journals later. `loss`
+//! batches are the exception: they say what else was lost (one
+//! `disk_full:` row carries a whole outage), so one the disk refuses is
+//! held ([`HeldLosses`]) and written with the next write that succeeds.
 
 use std::{
     path::PathBuf,
@@ -40,10 +43,15 @@ use std::{
 };
 
 use anyhow::{anyhow, Context};
-use arrow::record_batch::RecordBatch;
-use hindsight_schemas::{Table, TABLES};
+use arrow::{
+    array::{Array, AsArray},
+    datatypes::{Int32Type, Int64Type, TimestampNanosecondType},
+    record_batch::RecordBatch,
+};
+use hindsight_schemas::{tables::LOSS, Table, TABLES};
 
 use crate::private_dir::PrivateDir;
+use crate::rows::LossRows;
 use crate::sink::{is_disk_full, Closed, FileStamp, TableSink, Written};
 
 /// Batches that may wait for the writer; each is at most `BATCH_ROWS` rows.
@@ -51,6 +59,10 @@ const QUEUE: usize = 2;
 
 /// How often a lasting disk-full outage is logged again.
 const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `loss` rows held through a disk-full outage before they are folded into
+/// one per CPU and source (about 2 MiB).
+const HELD_LOSS_ROWS: usize = 65_536;
 
 enum Job {
     Write {
@@ -132,6 +144,8 @@ impl Writer {
             sync_every,
             deferred: Vec::new(),
             outage: None,
+            held_losses: HeldLosses::default(),
+            chunk_name: None,
         };
         let thread = std::thread::Builder::new()
             .name("hindsight-writer".into())
@@ -269,6 +283,55 @@ struct WriterThread {
     /// their journals as soon as a close succeeds again.
     deferred: Vec<(&'static Table, String)>,
     outage: Option<Outage>,
+    held_losses: HeldLosses,
+    /// The file name of the chunk being written, where held losses go.
+    chunk_name: Option<String>,
+}
+
+/// `loss` rows a full disk kept out, bounded: past [`HELD_LOSS_ROWS`] they
+/// are folded into one row per CPU and source (latest time, summed count),
+/// which keeps every lost event counted.
+#[derive(Default)]
+struct HeldLosses {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+}
+
+impl HeldLosses {
+    fn hold(&mut self, batch: RecordBatch) {
+        self.rows += batch.num_rows();
+        self.batches.push(batch);
+        if self.rows > HELD_LOSS_ROWS {
+            self.fold();
+        }
+    }
+
+    fn fold(&mut self) {
+        let mut totals = std::collections::BTreeMap::<(Option<i32>, String), (i64, i64)>::new();
+        for batch in self.batches.drain(..) {
+            let column = |name| batch.column_by_name(name).expect("a loss batch");
+            let ts = column("ts").as_primitive::<TimestampNanosecondType>();
+            let cpu = column("cpu").as_primitive::<Int32Type>();
+            let source = column("source").as_dictionary::<Int32Type>();
+            let names = source.values().as_string::<i32>();
+            let lost = column("lost").as_primitive::<Int64Type>();
+            for row in 0..batch.num_rows() {
+                let name = names.value(source.keys().value(row) as usize);
+                let cpu = cpu.is_valid(row).then(|| cpu.value(row));
+                let total = totals
+                    .entry((cpu, name.to_string()))
+                    .or_insert((i64::MIN, 0));
+                total.0 = total.0.max(ts.value(row));
+                total.1 += lost.value(row);
+            }
+        }
+        let mut rows = LossRows::new();
+        for ((cpu, source), (ts, lost)) in totals {
+            rows.push(ts, cpu, &source, lost);
+        }
+        self.rows = rows.len();
+        self.batches.push(rows.finish());
+    }
 }
 
 impl WriterThread {
@@ -290,6 +353,14 @@ impl WriterThread {
             }
         }
         result?;
+        if self.held_losses.rows > 0 {
+            eprintln!(
+                "hindsight-record: {}: the disk is still full: {} loss rows could not be written \
+                 (the summary counts what they held)",
+                self.recording.display(),
+                self.held_losses.rows
+            );
+        }
         Ok(self
             .sinks
             .iter()
@@ -330,8 +401,16 @@ impl WriterThread {
             .iter()
             .position(|t| t.name == table.name)
             .expect("a sink per table");
+        self.chunk_name = Some(file_name.to_string());
         match self.sinks[index].write(batch, file_name)? {
-            Written::Stored => self.space_is_back(),
+            Written::Stored => {
+                self.space_is_back();
+                self.write_held_losses()?;
+            }
+            Written::DiskFull { .. } if table.name == LOSS.name => {
+                self.held_losses.hold(batch.clone());
+                self.disk_full(0);
+            }
             Written::DiskFull { dropped } => {
                 self.stats.dropped[index].fetch_add(dropped, Ordering::Relaxed);
                 self.stats
@@ -339,6 +418,33 @@ impl WriterThread {
                     .fetch_add(dropped, Ordering::Relaxed);
                 self.disk_full(dropped);
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the `loss` rows a full disk kept out, as far as it now can.
+    fn write_held_losses(&mut self) -> anyhow::Result<()> {
+        let Some(file_name) = self.chunk_name.as_deref() else {
+            return Ok(());
+        };
+        let sink = self
+            .sinks
+            .iter_mut()
+            .find(|s| s.table().name == LOSS.name)
+            .expect("a sink per table");
+        let mut written = 0;
+        for batch in &self.held_losses.batches {
+            match sink.write(batch, file_name)? {
+                Written::Stored => {
+                    written += 1;
+                    self.held_losses.rows -= batch.num_rows();
+                }
+                Written::DiskFull { .. } => break,
+            }
+        }
+        self.held_losses.batches.drain(..written);
+        if !self.held_losses.batches.is_empty() {
+            self.disk_full(0);
         }
         Ok(())
     }
@@ -412,6 +518,7 @@ impl WriterThread {
     }
 
     fn close_chunks(&mut self) -> anyhow::Result<()> {
+        self.write_held_losses()?;
         let mut peak_bytes = 0;
         for sink in &mut self.sinks {
             match sink.close_chunk()? {
@@ -442,6 +549,9 @@ impl WriterThread {
             }
         }
         self.deferred = still_deferred;
+        // The next chunk's name comes with its first write: a closed
+        // chunk's is never reused.
+        self.chunk_name = None;
         self.stats
             .last_chunk_peak_bytes
             .store(peak_bytes, Ordering::Relaxed);
@@ -457,6 +567,181 @@ mod tests {
 
     use super::*;
     use crate::sink::tests::{cpu_and_tid, stamp, switches};
+
+    fn losses(rows: &[(i64, Option<i32>, &str, i64)]) -> RecordBatch {
+        let mut batch = LossRows::new();
+        for &(ts, cpu, source, lost) in rows {
+            batch.push(ts, cpu, source, lost);
+        }
+        batch.finish()
+    }
+
+    /// (cpu, source) -> (latest ts, summed lost) over every held row.
+    fn held_totals(held: &HeldLosses) -> Vec<(Option<i32>, String, i64, i64)> {
+        let mut copy = HeldLosses {
+            batches: held.batches.clone(),
+            rows: held.rows,
+        };
+        copy.fold();
+        let batch = &copy.batches[0];
+        let ts = batch.column(0).as_primitive::<TimestampNanosecondType>();
+        let cpu = batch.column(1).as_primitive::<Int32Type>();
+        let source = batch.column(2).as_dictionary::<Int32Type>();
+        let names = source.values().as_string::<i32>();
+        let lost = batch.column(3).as_primitive::<Int64Type>();
+        (0..batch.num_rows())
+            .map(|r| {
+                (
+                    cpu.is_valid(r).then(|| cpu.value(r)),
+                    names.value(source.keys().value(r) as usize).to_string(),
+                    ts.value(r),
+                    lost.value(r),
+                )
+            })
+            .collect()
+    }
+
+    /// Held through a long outage, loss rows stay bounded and every lost
+    /// event stays counted, each source and CPU apart.
+    #[test]
+    fn held_losses_fold_into_one_row_per_cpu_and_source_keeping_every_count() {
+        let mut held = HeldLosses::default();
+        let per_batch = 1000;
+        let batches = HELD_LOSS_ROWS / per_batch + 2;
+        for b in 0..batches {
+            let rows: Vec<_> = (0..per_batch)
+                .map(|r| {
+                    let ts = (b * per_batch + r) as i64;
+                    match r % 3 {
+                        0 => (ts, Some(0), "ring_full:sched_switch", 2),
+                        1 => (ts, Some(1), "ring_full:sched_switch", 3),
+                        _ => (ts, None, "disk_full:counter", 5),
+                    }
+                })
+                .collect();
+            held.hold(losses(&rows));
+        }
+        assert!(held.rows <= HELD_LOSS_ROWS, "{} rows held", held.rows);
+        let count =
+            |residue| (0..per_batch).filter(|r| r % 3 == residue).count() as i64 * batches as i64;
+        let last = (batches * per_batch) as i64;
+        assert_eq!(
+            held_totals(&held),
+            [
+                (None, "disk_full:counter".into(), last - 2, 5 * count(2)),
+                (
+                    Some(0),
+                    "ring_full:sched_switch".into(),
+                    last - 1,
+                    2 * count(0)
+                ),
+                (
+                    Some(1),
+                    "ring_full:sched_switch".into(),
+                    last - 3,
+                    3 * count(1)
+                ),
+            ]
+        );
+    }
+
+    /// A tmpfs of a few pages, filled by `filler` until there is no room.
+    struct TinyDisk {
+        dir: tempfile::TempDir,
+    }
+
+    impl TinyDisk {
+        fn mount() -> TinyDisk {
+            let dir = tempfile::tempdir().unwrap();
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "mount tmpfs (tests run as root)");
+            TinyDisk { dir }
+        }
+
+        fn filler(&self) -> PathBuf {
+            self.dir.path().join("filler")
+        }
+
+        fn fill(&self) {
+            use std::io::Write;
+            let mut file = std::fs::File::create(self.filler()).unwrap();
+            let block = [0u8; 4096];
+            while file.write_all(&block).is_ok() {}
+        }
+    }
+
+    impl Drop for TinyDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let asked = Instant::now();
+        while !done() {
+            assert!(asked.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A `loss` batch the full disk refused carries a count nothing else
+    /// has (here a whole earlier outage's): it is written as soon as a
+    /// write succeeds again, not counted as one more row lost.
+    #[test]
+    fn a_loss_batch_refused_by_a_full_disk_is_written_once_there_is_room() {
+        let disk = TinyDisk::mount();
+        let rec = disk.dir.path().join("rec");
+        let mut writer = Writer::start(
+            &PrivateDir::create(&rec).unwrap(),
+            &stamp(),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        disk.fill();
+        let name = "a-000000.parquet";
+        writer
+            .write(
+                &LOSS,
+                losses(&[(7, None, "disk_full:sched_switch", 40_000)]),
+                name,
+            )
+            .unwrap();
+        let stats = Arc::clone(&writer.stats);
+        wait_for("the writer saw the full disk", || {
+            stats.disk_full.load(Ordering::Relaxed)
+        });
+        std::fs::remove_file(disk.filler()).unwrap();
+        writer
+            .write(&SCHED_SWITCH, switches(&[(1, 0)]), name)
+            .unwrap();
+        writer.close_chunk().unwrap();
+        writer.join().unwrap();
+
+        assert_eq!(stats.dropped_total.load(Ordering::Relaxed), 0);
+        let file = std::fs::File::open(rec.join("loss").join(name)).unwrap();
+        let batches: Vec<_> =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap()
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+        let written = HeldLosses {
+            rows: batches.iter().map(RecordBatch::num_rows).sum(),
+            batches,
+        };
+        assert_eq!(
+            held_totals(&written),
+            [(None, "disk_full:sched_switch".into(), 7, 40_000)]
+        );
+    }
 
     /// The recording thread asks for a close and goes on writing: what it
     /// writes meanwhile lands in the next chunk, the close is reported
