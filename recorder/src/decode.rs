@@ -112,13 +112,17 @@ fn truncated<T: Plain + Default>(data: &[u8], kind: u32, fixed: usize) -> Result
     Ok(value)
 }
 
-/// The [`Program`] of a stack record's `hs_stack` (the sampler's and the
-/// switch tracer's are one C struct, two generated Rust types).
-macro_rules! program {
-    ($stack:expr) => {
-        Program {
-            start_code: $stack.start_code,
-            start_stack: $stack.start_stack,
+/// The [`Running`] program a stack record's `hs_stack` was taken in (the
+/// sampler's and the switch tracer's are one C struct, two generated Rust
+/// types).
+macro_rules! running {
+    ($pid:expr, $stack:expr) => {
+        Running {
+            pid: $pid,
+            program: Program {
+                start_code: $stack.start_code,
+                start_stack: $stack.start_stack,
+            },
         }
     };
 }
@@ -399,10 +403,7 @@ impl Decoder {
                     data.len() - SAMPLE_FIXED,
                 );
                 let stack_id = stacks.intern(
-                    Running {
-                        pid: e.pid,
-                        program: program!(s),
-                    },
+                    running!(e.pid, s),
                     kernel,
                     user,
                     &mut rows.stack,
@@ -417,10 +418,7 @@ impl Decoder {
                 let (kernel, user) =
                     split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
                 let stack_id = stacks.intern_copied(
-                    Running {
-                        pid: e.pid,
-                        program: program!(s),
-                    },
+                    running!(e.pid, s),
                     kernel,
                     user,
                     &copy,
@@ -436,10 +434,7 @@ impl Decoder {
                 let (kernel, user) =
                     split_stack(&s.ips, s.kernel_frames, s.user_frames, s.ips.len() * 8);
                 let stack_id = stacks.intern_copied(
-                    Running {
-                        pid: e.sw.prev_pid,
-                        program: program!(s),
-                    },
+                    running!(e.sw.prev_pid, s),
                     kernel,
                     user,
                     &copy,
@@ -458,10 +453,7 @@ impl Decoder {
                     data.len() - SWITCH_STACK_FIXED,
                 );
                 let stack_id = stacks.intern(
-                    Running {
-                        pid: e.sw.prev_pid,
-                        program: program!(s),
-                    },
+                    running!(e.sw.prev_pid, s),
                     kernel,
                     user,
                     &mut rows.stack,

@@ -244,6 +244,25 @@ struct ProcessMaps {
     root: Option<String>,
 }
 
+impl ProcessMaps {
+    /// A process gone, or one whose program is no longer running: nothing
+    /// to find, and no reason to read its map again before [`MAPS_REREAD`].
+    fn closed() -> ProcessMaps {
+        ProcessMaps {
+            maps: Vec::new(),
+            unwinder: None,
+            read_at: Instant::now(),
+            quick_rereads: QUICK_REREADS,
+            root: None,
+        }
+    }
+
+    fn no_quick_rereads(&mut self) {
+        self.read_at = Instant::now();
+        self.quick_rereads = QUICK_REREADS;
+    }
+}
+
 /// Turns raw stacks into `stack_id`s, writing each new stack to `stack`
 /// rows and sending each new frame to the symbolizer.
 pub struct StackInterner {
@@ -499,15 +518,10 @@ impl StackInterner {
                     self.remember_maps(next, maps, 0);
                 }
             }
-            let p = self.processes.entry(key).or_insert_with(|| ProcessMaps {
-                maps: Vec::new(),
-                unwinder: None,
-                read_at: Instant::now(),
-                quick_rereads: QUICK_REREADS,
-                root: None,
-            });
-            p.read_at = Instant::now();
-            p.quick_rereads = QUICK_REREADS;
+            self.processes
+                .entry(key)
+                .and_modify(ProcessMaps::no_quick_rereads)
+                .or_insert_with(ProcessMaps::closed);
             return None;
         }
         let found = find_mapping(&maps, address).cloned();

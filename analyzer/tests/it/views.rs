@@ -147,19 +147,23 @@ fn rows(rec: &Rec, sql: &str) -> Vec<Value> {
     })
 }
 
+/// Nanoseconds on CPU per thread, as `cpu_time` sums them.
+fn on_cpu_by_tid(rec: &Rec) -> BTreeMap<i32, i64> {
+    rows(
+        rec,
+        "SELECT tid, sum(dur_ns) AS ns FROM cpu_time GROUP BY tid",
+    )
+    .iter()
+    .map(|r| (r["tid"].as_i64().unwrap() as i32, r["ns"].as_i64().unwrap()))
+    .collect()
+}
+
 #[test]
 fn cpu_time_sums_equal_the_simulated_on_cpu_time() {
     let fx = Fixture::new();
     let rec = fx.recording("rec", "h");
     let truth = simulate(&rec, false);
-    let got: BTreeMap<i32, i64> = rows(
-        &rec,
-        "SELECT tid, sum(dur_ns) AS ns FROM cpu_time GROUP BY tid",
-    )
-    .iter()
-    .map(|r| (r["tid"].as_i64().unwrap() as i32, r["ns"].as_i64().unwrap()))
-    .collect();
-    assert_eq!(got, truth.on_cpu_ns);
+    assert_eq!(on_cpu_by_tid(&rec), truth.on_cpu_ns);
     assert!(truth.on_cpu_ns.len() == 5, "every thread ran");
 }
 
@@ -180,14 +184,7 @@ fn cpu_time_of_one_chunk_in_sorted_row_groups_equals_the_simulation() {
         per_cpu.iter().all(|r| r["shortest"].as_i64() >= Some(0)),
         "{per_cpu:?}"
     );
-    let got: BTreeMap<i32, i64> = rows(
-        &rec,
-        "SELECT tid, sum(dur_ns) AS ns FROM cpu_time GROUP BY tid",
-    )
-    .iter()
-    .map(|r| (r["tid"].as_i64().unwrap() as i32, r["ns"].as_i64().unwrap()))
-    .collect();
-    assert_eq!(got, truth.on_cpu_ns);
+    assert_eq!(on_cpu_by_tid(&rec), truth.on_cpu_ns);
 }
 
 #[test]
