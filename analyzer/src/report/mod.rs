@@ -274,7 +274,14 @@ impl Env {
         (first, end): (Option<i64>, Option<i64>),
     ) -> String {
         let h = self.h();
-        let comm = "coalesce(max(CASE WHEN tid = pid THEN comm END), max(comm)) AS comm";
+        // The name the process has at the end of the interval (its main
+        // thread's, if it ran), as atop shows it: a process that renamed
+        // itself is shown under its new name, not the first alphabetically.
+        let comm = |start: &str| {
+            format!(
+                "last_value(comm ORDER BY CASE WHEN tid = pid THEN 1 ELSE 0 END, {start}) AS comm"
+            )
+        };
         let (view, view_end, view_filter, second_ns) = match kind {
             ThreadTime::OnCpu => ("cpu_time", "ts_end", "TRUE", "on_cpu_ns"),
             ThreadTime::Runq => ("runq_latency", "ts_run", "TRUE", "runq_ns"),
@@ -296,6 +303,7 @@ impl Env {
   FROM thread_second WHERE {second_ns} > 0 AND {bounds}
   GROUP BY {h}interval_start, pid",
                 step = step.sql(),
+                comm = comm("ts"),
                 bounds = bins("ts"),
             );
         }
@@ -321,6 +329,7 @@ impl Env {
   WHERE {bounds}
   GROUP BY {h}interval_start, pid",
             s = step.ns(),
+            comm = comm("b"),
             bin_start = ns_as_timestamp(&format!("k * {}", step.ns())),
             from = self.paired(view),
             overlap = overlap.join(" AND "),

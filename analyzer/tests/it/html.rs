@@ -7,7 +7,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 
-use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, LOSS, STACK};
+use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, LOSS, SCHED_SWITCH, STACK};
 use serde_json::{json, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
@@ -157,6 +157,41 @@ fn the_page_is_one_file_that_lists_and_shades_the_burst() {
     assert!(html.contains("without <code>--off-cpu-stacks</code>"));
     assert!(html.contains("What happened on h</h1>"));
     assert!(html.contains("6.18.0-test"));
+}
+
+/// A process that renames itself after it starts (a daemon setting its
+/// title, a JIT naming its threads) is listed under the name it ends the
+/// window with, indexed or not: not under whichever name sorts last, nor
+/// the one it had for its first slice.
+#[test]
+fn a_process_is_listed_under_the_name_it_ends_the_window_with() {
+    let fx = Fixture::new();
+    let rec = fx.recording("rec", "h");
+    let sw = |ms: i64, prev: (i32, &str), next: (i32, &str)| {
+        json!({"ts": t(ms), "cpu": 0, "prev_tid": prev.0, "prev_pid": prev.0, "prev_comm": prev.1,
+               "prev_state": "R", "prev_prio": 120, "next_tid": next.0, "next_pid": next.0,
+               "next_comm": next.1, "next_prio": 120})
+    };
+    let idle = (0, "swapper/0");
+    let (launcher, renamed) = ((88, "zz-launcher"), (88, "aa-renamed"));
+    let mut switches = vec![sw(1_000, idle, launcher), sw(1_050, launcher, idle)];
+    for k in 1..20 {
+        switches.push(sw(1_000 + k * 100, idle, renamed));
+        switches.push(sw(1_090 + k * 100, renamed, idle));
+    }
+    rec.chunk(&SCHED_SWITCH, "a-000001.parquet", &switches);
+    let out = fx.path("page.html");
+    for indexed in [false, true] {
+        if indexed {
+            let run = hindsight(["index", rec.dir.to_str().unwrap()]);
+            assert!(run.status.success(), "{}", stderr(&run));
+        }
+        let html = page(&rec, &out, &["-i", "10s"]);
+        assert!(
+            html.contains("aa-renamed") && !html.contains("zz-launcher"),
+            "indexed: {indexed}: {html}"
+        );
+    }
 }
 
 #[test]

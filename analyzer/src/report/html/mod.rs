@@ -270,7 +270,9 @@ fn busiest_processes(
                 continue;
             }
             let entry = by_pid.entry(pid.value(row)).or_default();
-            if entry.0.is_empty() && !comm.is_null(row) {
+            // Rows come in time order: the name kept is the one the
+            // process ends the window with.
+            if !comm.is_null(row) && entry.0 != comm.value(row) {
                 entry.0 = comm.value(row).to_owned();
             }
             *entry.1.entry(t.value(row)).or_default() += ns.value(row);
