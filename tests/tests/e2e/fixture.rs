@@ -337,20 +337,32 @@ pub fn utc_now_ns() -> i64 {
 ///   its run is seen as part of the slice it interrupted. Elsewhere pid 1 is
 ///   init, idle and visible, and this adds nothing.
 pub fn hidden_cpu_seconds() -> f64 {
-    let ticks = |text: &str, skip: usize, take: usize| -> f64 {
-        text.split_whitespace()
-            .skip(skip)
-            .take(take)
-            .map(|v| v.parse::<f64>().expect("a tick count"))
-            .sum()
-    };
-    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let steal = ticks(stat.lines().next().expect("the cpu line"), 8, 1);
     let init = std::fs::read_to_string("/proc/1/stat").expect("/proc/1/stat");
     let after_comm = init.rsplit_once(") ").expect("a comm").1;
     // utime and stime, fields 14 and 15, are the 12th and 13th after comm.
     let agent = ticks(after_comm, 11, 2);
-    (steal + agent) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    steal_seconds() + agent / clock_ticks_per_second()
+}
+
+/// CPU seconds the hypervisor has taken from this machine since boot,
+/// summed over CPUs (the `steal` column of /proc/stat's `cpu` line).
+pub fn steal_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    ticks(stat.lines().next().expect("the cpu line"), 8, 1) / clock_ticks_per_second()
+}
+
+/// The sum of `take` whitespace-separated tick counts after `skip` of them.
+fn ticks(text: &str, skip: usize, take: usize) -> f64 {
+    text.split_whitespace()
+        .skip(skip)
+        .take(take)
+        .map(|v| v.parse::<f64>().expect("a tick count"))
+        .sum()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads no memory of ours.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }
 
 /// Runs the ping-pong workload and returns its ground-truth JSON.

@@ -808,7 +808,7 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
     );
     // Gone, with its /tmp: the symbolizer reads the map it left each second.
     thread::sleep(Duration::from_secs(2));
-    recorder.stop();
+    let log = recorder.stop();
 
     let on_cpu = folded(&rec, &["--on-cpu", "--pid", &host_pid]);
     let weight = |method: &str| -> i64 {
@@ -831,7 +831,7 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
     );
     assert!(
         (ratio / 3.0 - 1.0).abs() <= 0.2,
-        "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 20 %: {on_cpu:?}"
+        "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 20 %: {on_cpu:?}\nthe recorder said: {log}"
     );
     assert!(
         (0.8..=1.15).contains(&share),

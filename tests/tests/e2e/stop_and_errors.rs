@@ -1,6 +1,8 @@
 use std::{fs, os::unix::process::CommandExt, path::Path, process::Command};
 
-use crate::fixture::{bin, pingpong, run, settle, shared, sql, sql_count, Recorder, Scratch};
+use crate::fixture::{
+    bin, pingpong, run, settle, shared, sql, sql_count, steal_seconds, Recorder, Scratch,
+};
 
 /// Every file under a recording: no temporaries, and every Parquet file
 /// opens with a standard reader and has rows.
@@ -69,16 +71,20 @@ fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
     let _machine = shared();
     let scratch = Scratch::new();
     let rec = scratch.rec();
+    let steal_before = steal_seconds();
     Recorder::start(&rec, &["--duration", "1s"]).finish();
+    let stolen_ms = ((steal_seconds() - steal_before) * 1000.0) as i64;
     let first = sql_count(&rec, "SELECT count(*) AS n FROM sched_switch");
-    // It recorded for that second, not an instant nor on and on.
+    // It recorded for that second, not an instant nor on and on. A second
+    // the hypervisor takes from the machine passes on every clock of it
+    // (CI once saw 11 s of switches): that much more is no fault of ours.
     let span_ms = sql_count(
         &rec,
         "SELECT (CAST(max(ts) AS BIGINT) - CAST(min(ts) AS BIGINT)) / 1000000 FROM sched_switch",
     );
     assert!(
-        (900..=1500).contains(&span_ms),
-        "switches over {span_ms} ms"
+        (900..=1500 + stolen_ms).contains(&span_ms),
+        "switches over {span_ms} ms ({stolen_ms} ms stolen by the hypervisor meanwhile)"
     );
     Recorder::start(&rec, &["--duration", "1s"]).finish();
     let both = sql_count(&rec, "SELECT count(*) AS n FROM sched_switch");
