@@ -187,6 +187,9 @@ pub struct FrameRow {
     /// process in another mount namespace's file, through
     /// `/proc/<pid>/root`. Not stored.
     pub open_path: Option<String>,
+    /// On a process's first frame in anonymous executable memory (JIT
+    /// code): its `/tmp`, where its perf map will be. Not stored.
+    pub jit_tmp: Option<crate::symbolize::JitTmp>,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
@@ -206,6 +209,7 @@ impl FrameRow {
             elf_address: None,
             pid,
             open_path: None,
+            jit_tmp: None,
             function: None,
             file: None,
             line: None,
@@ -242,6 +246,8 @@ struct ProcessMaps {
     /// `<proc_root>/<pid>/root` when the process is in another mount
     /// namespace than the recorder (its paths are not ours).
     root: Option<String>,
+    /// Whether its `/tmp` went to the symbolizer with a JIT frame.
+    jit_tmp_sent: bool,
 }
 
 impl ProcessMaps {
@@ -254,6 +260,7 @@ impl ProcessMaps {
             read_at: Instant::now(),
             quick_rereads: QUICK_REREADS,
             root: None,
+            jit_tmp_sent: false,
         }
     }
 
@@ -441,6 +448,16 @@ impl StackInterner {
         }
     }
 
+    /// The process's `/tmp`, opened now, on its first frame in anonymous
+    /// memory (see [`crate::symbolize::JitTmp`]); None after that.
+    fn first_jit_frame(&mut self, running: Running) -> Option<crate::symbolize::JitTmp> {
+        let process = self.processes.get_mut(&running)?;
+        if std::mem::replace(&mut process.jit_tmp_sent, true) {
+            return None;
+        }
+        crate::symbolize::JitTmp::open(&self.proc_root, running.pid)
+    }
+
     /// Identifies a user address through the process's memory map.
     fn user_frame(&mut self, running: Running, address: u64) -> FrameRow {
         let pid = running.pid;
@@ -449,6 +466,7 @@ impl StackInterner {
             return row;
         };
         let Some(path) = mapping.path else {
+            row.jit_tmp = self.first_jit_frame(running);
             return row;
         };
         let file_offset = address - mapping.start + mapping.offset;
@@ -564,6 +582,8 @@ impl StackInterner {
                 }
             }
         }
+        // Maps read again for new JIT code: its /tmp was sent already.
+        let jit_tmp_sent = self.processes.get(&key).is_some_and(|p| p.jit_tmp_sent);
         self.processes.insert(
             key,
             ProcessMaps {
@@ -572,6 +592,7 @@ impl StackInterner {
                 read_at: Instant::now(),
                 quick_rereads,
                 root,
+                jit_tmp_sent,
             },
         );
     }
@@ -798,5 +819,40 @@ mod tests {
             module_of(Program::default(), 0x1200).as_deref(),
             Some("/nonexistent/new")
         );
+    }
+
+    /// A process's first frame in anonymous executable memory (JIT code)
+    /// carries its `/tmp`, opened while it runs; later ones, and frames of
+    /// its files, do not.
+    #[test]
+    fn the_first_jit_frame_of_a_process_carries_its_tmp() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("11/root/tmp")).unwrap();
+        std::fs::write(
+            root.path().join("11/maps"),
+            "1000-2000 r-xp 00000000 08:01 7 /nonexistent/jvm\n\
+             7000-9000 rwxp 00000000 00:00 0 \n",
+        )
+        .unwrap();
+        let mut interner = StackInterner::new(root.path(), tx);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let running = Running {
+            pid: 11,
+            program: Program::default(),
+        };
+        interner.intern(
+            running,
+            &[],
+            &[0x7010, 0x1010, 0x8020],
+            &mut stacks,
+            &mut frames,
+        );
+        let sent: Vec<FrameRow> = rx.try_iter().collect();
+        let carries: Vec<(u64, bool)> = sent
+            .iter()
+            .map(|f| (f.address, f.jit_tmp.is_some()))
+            .collect();
+        assert_eq!(carries, [(0x7010, true), (0x1010, false), (0x8020, false)]);
     }
 }

@@ -459,11 +459,32 @@ enum MapRead {
     Text(String, MapStamp),
 }
 
+/// A JIT process's `/tmp` ([`ProcessTmp`]), opened by the thread that
+/// drains the rings on the process's first frame in anonymous executable
+/// memory, while the process surely runs, and handed to the symbolizer
+/// with that frame. The symbolizer may be seconds behind (a large binary's
+/// symbols to parse): a JIT that has exited by the time it gets there
+/// could no longer be opened, and a map written at exit would be missed.
+#[derive(Clone, Debug)]
+pub struct JitTmp(Arc<ProcessTmp>);
+
+impl JitTmp {
+    pub fn open(proc_root: &Path, pid: u32) -> Option<JitTmp> {
+        ProcessTmp::open(proc_root, pid).map(|tmp| JitTmp(Arc::new(tmp)))
+    }
+}
+
+impl PartialEq for JitTmp {
+    fn eq(&self, other: &JitTmp) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// What is known of one JIT process's perf map.
 #[derive(Debug)]
 struct JitProcess {
     /// None when the process was gone before it could be opened.
-    tmp: Option<ProcessTmp>,
+    tmp: Option<Arc<ProcessTmp>>,
     /// The map's text (None: no map, or refused), which file it was, and
     /// when it was last looked at.
     text: Option<String>,
@@ -546,18 +567,25 @@ impl PerfMaps {
         }
     }
 
-    /// The name the map of `pid` gives `address`.
-    fn lookup(&mut self, pid: u32, address: u64) -> Option<String> {
+    /// The name the map of `pid` gives `address`; `opened` is the
+    /// process's `/tmp` if the ring thread opened it.
+    fn lookup(&mut self, pid: u32, address: u64, opened: Option<&JitTmp>) -> Option<String> {
         let name_in =
             |p: &JitProcess| perf_map_lookup(p.text.as_deref()?, address).map(str::to_string);
-        if let Some(process) = self.processes.get(&pid) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            if process.tmp.is_none() {
+                process.tmp = opened.map(|t| Arc::clone(&t.0));
+            }
             let found = name_in(process);
             if found.is_some() || process.read_at.elapsed() < PERF_MAP_REREAD {
                 return found;
             }
         } else {
             self.make_room();
-            let tmp = ProcessTmp::open(&self.proc_root, pid);
+            let tmp = match opened {
+                Some(t) => Some(Arc::clone(&t.0)),
+                None => ProcessTmp::open(&self.proc_root, pid).map(Arc::new),
+            };
             self.processes.insert(
                 pid,
                 JitProcess {
@@ -851,7 +879,7 @@ fn run(
             );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
         } else if row.module.is_none() {
-            row.function = perf_maps.lookup(row.pid, row.address);
+            row.function = perf_maps.lookup(row.pid, row.address, row.jit_tmp.as_ref());
             if row.function.is_none() {
                 perf_maps.hold(&row);
             }
@@ -906,14 +934,14 @@ mod tests {
         let path = process_tmp(dir.path(), 42).join("perf-42.map");
         std::fs::write(&path, "1000 10 first\n").unwrap();
         let mut maps = PerfMaps::new(dir.path(), Arc::default());
-        assert_eq!(maps.lookup(42, 0x1004).as_deref(), Some("first"));
-        assert_eq!(maps.lookup(43, 0x1004), None, "pid 43 has no map");
+        assert_eq!(maps.lookup(42, 0x1004, None).as_deref(), Some("first"));
+        assert_eq!(maps.lookup(43, 0x1004, None), None, "pid 43 has no map");
         // The JIT compiles more: until PERF_MAP_REREAD passes, the cached
         // text answers; then the file is read again.
         std::fs::write(&path, "1000 10 first\n2000 10 second\n").unwrap();
-        assert_eq!(maps.lookup(42, 0x2004), None);
+        assert_eq!(maps.lookup(42, 0x2004, None), None);
         maps.processes.get_mut(&42).unwrap().read_at -= PERF_MAP_REREAD;
-        assert_eq!(maps.lookup(42, 0x2004).as_deref(), Some("second"));
+        assert_eq!(maps.lookup(42, 0x2004, None).as_deref(), Some("second"));
     }
 
     /// A JVM run with `-XX:+DumpPerfMapAtExit` writes its map as it exits:
@@ -925,7 +953,7 @@ mod tests {
         process_tmp(dir.path(), 42);
         let mut maps = PerfMaps::new(dir.path(), Arc::default());
         let row = FrameRow::unnamed(7, false, 0x1004, 42);
-        assert_eq!(maps.lookup(42, 0x1004), None);
+        assert_eq!(maps.lookup(42, 0x1004, None), None);
         maps.hold(&row);
         assert!(maps.name_pending(false).is_empty(), "not due, and no map");
         let exited = dir.path().join("exited");
@@ -938,6 +966,26 @@ mod tests {
             (7, Some("jitted"))
         );
         assert!(maps.processes.is_empty() && maps.pending == 0, "let go of");
+    }
+
+    /// The symbolizer may reach a JIT's first frame after the JIT has
+    /// exited: the `/tmp` the ring thread opened with that frame still
+    /// finds the map it wrote as it exited; opened only then, it would not.
+    #[test]
+    fn a_tmp_opened_with_the_first_jit_frame_outlives_a_symbolizer_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        process_tmp(dir.path(), 42);
+        let opened = JitTmp::open(dir.path(), 42).expect("the process runs");
+        let exited = dir.path().join("exited");
+        std::fs::rename(dir.path().join("42"), &exited).unwrap();
+        std::fs::write(exited.join("root/tmp/perf-42.map"), "1000 10 jitted\n").unwrap();
+        let mut late = PerfMaps::new(dir.path(), Arc::default());
+        assert_eq!(late.lookup(42, 0x1004, None), None, "gone: nothing to open");
+        let mut maps = PerfMaps::new(dir.path(), Arc::default());
+        assert_eq!(
+            maps.lookup(42, 0x1004, Some(&opened)).as_deref(),
+            Some("jitted")
+        );
     }
 
     /// In a pid namespace (a container) the JIT names its map by the pid
@@ -954,7 +1002,10 @@ mod tests {
         std::fs::write(tmp.join("perf-7.map"), "1000 10 in_container\n").unwrap();
         std::fs::write(tmp.join("perf-4242.map"), "1000 10 wrong\n").unwrap();
         let mut maps = PerfMaps::new(dir.path(), Arc::default());
-        assert_eq!(maps.lookup(4242, 0x1004).as_deref(), Some("in_container"));
+        assert_eq!(
+            maps.lookup(4242, 0x1004, None).as_deref(),
+            Some("in_container")
+        );
     }
 
     /// Maps the recorder must not read: a FIFO (reading it would block the
@@ -984,17 +1035,21 @@ mod tests {
         std::fs::write(&own, "1000 10 mine\n").unwrap();
 
         for pid in 1..=4 {
-            assert_eq!(maps.lookup(pid, 0x1004), None, "pid {pid}");
+            assert_eq!(maps.lookup(pid, 0x1004, None), None, "pid {pid}");
         }
         assert_eq!(refused.load(Ordering::Relaxed), 4);
         // Read again once PERF_MAP_REREAD has passed: still refused, counted once.
         for pid in 1..=4 {
             maps.processes.get_mut(&pid).unwrap().read_at -= PERF_MAP_REREAD;
-            assert_eq!(maps.lookup(pid, 0x1008), None, "pid {pid}");
+            assert_eq!(maps.lookup(pid, 0x1008, None), None, "pid {pid}");
         }
         assert_eq!(refused.load(Ordering::Relaxed), 4);
-        assert_eq!(maps.lookup(5, 0x1004).as_deref(), Some("mine"));
-        assert_eq!(maps.lookup(6, 0x1004), None, "no map is not a refusal");
+        assert_eq!(maps.lookup(5, 0x1004, None).as_deref(), Some("mine"));
+        assert_eq!(
+            maps.lookup(6, 0x1004, None),
+            None,
+            "no map is not a refusal"
+        );
         assert_eq!(refused.load(Ordering::Relaxed), 4);
     }
 
