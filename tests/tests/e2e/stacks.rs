@@ -829,9 +829,12 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
          {:.1} % of the main thread's CPU time at {FREQUENCY} Hz",
         100.0 * share
     );
+    // The JIT compiles the two at its own pace, tier by tier: the CPU they
+    // take is 3:1 only roughly (3.79 once, beside other tests). Names
+    // swapped or missing would be 1:3 or 0.
     assert!(
-        (ratio / 3.0 - 1.0).abs() <= 0.2,
-        "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 20 %: {on_cpu:?}\nthe recorder said: {log}"
+        (ratio / 3.0 - 1.0).abs() <= 0.3,
+        "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 30 %: {on_cpu:?}\nthe recorder said: {log}"
     );
     assert!(
         (0.8..=1.15).contains(&share),
