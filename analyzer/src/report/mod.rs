@@ -277,9 +277,11 @@ impl Env {
         // The name the process has at the end of the interval (its main
         // thread's, if it ran), as atop shows it: a process that renamed
         // itself is shown under its new name, not the first alphabetically.
+        // As text: over the dictionary column it took 60 % more time and
+        // memory on a day's thread_second.
         let comm = |start: &str| {
             format!(
-                "last_value(comm ORDER BY CASE WHEN tid = pid THEN 1 ELSE 0 END, {start}) AS comm"
+                "last_value(CAST(comm AS VARCHAR) ORDER BY CASE WHEN tid = pid THEN 1 ELSE 0 END, {start}) AS comm"
             )
         };
         let (view, view_end, view_filter, second_ns) = match kind {
