@@ -401,7 +401,9 @@ impl WriterThread {
             .iter()
             .position(|t| t.name == table.name)
             .expect("a sink per table");
-        self.chunk_name = Some(file_name.to_string());
+        if self.chunk_name.as_deref() != Some(file_name) {
+            self.chunk_name = Some(file_name.to_string());
+        }
         match self.sinks[index].write(batch, file_name)? {
             Written::Stored => {
                 self.space_is_back();
@@ -427,6 +429,9 @@ impl WriterThread {
         let Some(file_name) = self.chunk_name.as_deref() else {
             return Ok(());
         };
+        if self.held_losses.batches.is_empty() {
+            return Ok(());
+        }
         let sink = self
             .sinks
             .iter_mut()
