@@ -180,7 +180,7 @@ each {start, end, peak (RFC 3339 UTC), kinds: [names], metrics: [{metric, unit, 
 baseline, normal_max, observed, score, peak, new}], contributors: [{pid, comm, metric, share, \
 score}], counters: [names]} (a stable contract \
 for scripts and alerting; an empty array when nothing departed); csv prints one row per departed \
-metric and per contributor. --show-sql prints the statement that computes the per-interval \
+metric and per contributor. --show-sql prints the statements that compute the per-interval \
 metrics.\n\n\
 Examples:\n  \
 hindsight report timeline rec/\n  \

@@ -734,12 +734,16 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
     }
     // The table format is laid out for reading; CSV and JSON stream the
     // statement's rows as they are (the timeline's incidents are made
-    // after the statement, in every format).
+    // after its statements, in every format).
     let laid_out = options.format == Format::Table || kind == Kind::Timeline;
     if laid_out {
-        let batches = catalog::query_batches(&ctx, &sql)
-            .await
-            .map_err(catalog::one_line)?;
+        let batches = if kind == Kind::Timeline {
+            timeline::query(&ctx, &env).await?
+        } else {
+            catalog::query_batches(&ctx, &sql)
+                .await
+                .map_err(catalog::one_line)?
+        };
         let layout = Layout::stdout();
         match kind {
             Kind::Atop => atop::write_table(&batches, &env, &layout, &mut out)?,

@@ -1,8 +1,8 @@
 //! `report timeline`: the intervals where the system departed from its own
 //! baseline, merged into incidents, in time order.
 //!
-//! One SQL statement ([`sql`]) computes every metric of [`METRICS`] per
-//! interval in long form (`interval_start`, `metric`, `pid`, `comm`,
+//! SQL statements ([`statements`], one per kind of metric) compute every
+//! metric of [`METRICS`] per interval in long form (`interval_start`, `metric`, `pid`, `comm`,
 //! `value`) from the tables and the helper views (`counter_rate`,
 //! `cpu_time`, `off_cpu`, `runq_latency`); [`super::baseline`] finds the
 //! departures and incidents; this module prints them. `--format json` is a
@@ -15,11 +15,13 @@ use anyhow::Result;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
+use datafusion::prelude::SessionContext;
 use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample};
 use super::{task_deltas, Env, ThreadTime};
+use crate::catalog;
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
 
@@ -152,9 +154,14 @@ pub(super) fn quoted(names: &[&str]) -> String {
 /// what was normal before it.
 pub const HISTORY_NS: i64 = baseline::DAY_NS + baseline::SEASON_HALF_NS;
 
-/// The statement: every metric per interval, in long form, from
-/// [`HISTORY_NS`] before the range (where it has a start) to its end.
-pub fn sql(env: &Env) -> String {
+/// The statements: every metric per interval, in long form, from
+/// [`HISTORY_NS`] before the range (where it has a start) to its end, one
+/// statement per kind of metric, run one after another ([`query`]). One
+/// statement of them all held every sort of every view at once: DataFusion
+/// shares the memory limit fairly among them, and with some forty sorts a
+/// share could not hold one batch, so two minutes of a real recording
+/// failed at 1 GiB.
+pub fn statements(env: &Env) -> Vec<String> {
     let mut with_history = env.clone();
     with_history.from = env.from.map(|from| from - HISTORY_NS);
     let env = &with_history;
@@ -162,11 +169,7 @@ pub fn sql(env: &Env) -> String {
     let iv_s = env.interval.ns() as f64 / 1e9;
     let events = env.event_bounds("ts");
     let window = (env.from.map(|from| env.interval.align(from)), env.to);
-    let metric_filter = match &env.metric {
-        Some(m) => format!("WHERE metric = '{m}'"),
-        None => String::new(),
-    };
-    format!(
+    let ctes = format!(
         "WITH counter_bins AS (  -- system-wide counters per interval: change, and the time it covers
   SELECT {h}{bin} AS interval_start, source, name, sum(delta) AS delta, sum(seconds) AS seconds
   FROM counter_rate
@@ -207,26 +210,7 @@ process_migrated AS (  -- pages migrated by each process (numa_event): NUMA bala
   FROM numa_event WHERE CAST(kind AS VARCHAR) = 'migrate_pages' AND {events}
   GROUP BY {h}interval_start, pid
 ),
-{lost},
-metrics AS (
-  SELECT {h}interval_start,
-    CASE WHEN source = 'pressure' THEN 'psi_' || replace(name, '_total', '') ELSE name END AS metric,
-    CAST(NULL AS INT) AS pid, CAST(NULL AS VARCHAR) AS comm,
-    CASE WHEN source = 'pressure' THEN 100 * delta / 1e6 / seconds ELSE delta / seconds END AS value
-  FROM counter_bins WHERE seconds > 0 AND (source <> 'stat' OR name = 'ctxt')
-  UNION ALL SELECT {h}interval_start, 'cpu_busy', NULL, NULL, 100.0 * busy / total FROM ticks WHERE total > 0
-  UNION ALL SELECT {h}interval_start, 'iowait', NULL, NULL, 100.0 * iowait / total FROM ticks WHERE total > 0
-  UNION ALL SELECT {h}interval_start, 'runq_wait', NULL, NULL, sum(value) FROM process_runq GROUP BY {h}interval_start
-  UNION ALL SELECT {h}interval_start, 'offcpu_d', NULL, NULL, sum(value) FROM process_offcpu GROUP BY {h}interval_start
-  UNION ALL SELECT {h}interval_start, 'lost', NULL, NULL, CAST(lost AS DOUBLE) FROM lost
-  UNION ALL SELECT {h}interval_start, 'process_cpu', pid, comm, value FROM process_cpu
-  UNION ALL SELECT {h}interval_start, 'process_runq_wait', pid, comm, value FROM process_runq
-  UNION ALL SELECT {h}interval_start, 'process_offcpu_d', pid, comm, value FROM process_offcpu
-  UNION ALL SELECT {h}interval_start, 'process_faults', pid, comm, value FROM process_faults
-  UNION ALL SELECT {h}interval_start, 'process_numa_migrated', pid, comm, value FROM process_migrated
-)
-SELECT {h}interval_start, metric, pid, comm, value FROM metrics {metric_filter}
-ORDER BY {h}interval_start, metric, pid",
+{lost}",
         bin = env.bin("ts"),
         on_cpu = env.thread_time_sql(ThreadTime::OnCpu, env.interval, window),
         runq = env.thread_time_sql(ThreadTime::Runq, env.interval, window),
@@ -239,7 +223,73 @@ ORDER BY {h}interval_start, metric, pid",
         task_deltas = task_deltas(env),
         interval_bounds = env.interval_bounds("interval_start"),
         lost = env.lost_cte(),
-    )
+    );
+    // (the one metric a statement gives, if it gives one, and its rows)
+    let system = |metric: &str, rows: &str| {
+        (
+            Some(metric.to_owned()),
+            format!("SELECT {h}interval_start, '{metric}' AS metric, CAST(NULL AS INT) AS pid, CAST(NULL AS VARCHAR) AS comm, {rows}"),
+        )
+    };
+    let per_process = |metric: &str, cte: &str| {
+        (
+            Some(metric.to_owned()),
+            format!("SELECT {h}interval_start, '{metric}' AS metric, pid, CAST(comm AS VARCHAR) AS comm, value FROM {cte}"),
+        )
+    };
+    let parts = [
+        (
+            None,
+            format!(
+                "SELECT {h}interval_start,
+    CASE WHEN source = 'pressure' THEN 'psi_' || replace(name, '_total', '') ELSE name END AS metric,
+    CAST(NULL AS INT) AS pid, CAST(NULL AS VARCHAR) AS comm,
+    CASE WHEN source = 'pressure' THEN 100 * delta / 1e6 / seconds ELSE delta / seconds END AS value
+  FROM counter_bins WHERE seconds > 0 AND (source <> 'stat' OR name = 'ctxt')"
+            ),
+        ),
+        system("cpu_busy", "100.0 * busy / total AS value FROM ticks WHERE total > 0"),
+        system("iowait", "100.0 * iowait / total AS value FROM ticks WHERE total > 0"),
+        system("runq_wait", &format!("sum(value) AS value FROM process_runq GROUP BY {h}interval_start")),
+        system("offcpu_d", &format!("sum(value) AS value FROM process_offcpu GROUP BY {h}interval_start")),
+        system("lost", "CAST(lost AS DOUBLE) AS value FROM lost"),
+        per_process("process_cpu", "process_cpu"),
+        per_process("process_runq_wait", "process_runq"),
+        per_process("process_offcpu_d", "process_offcpu"),
+        per_process("process_faults", "process_faults"),
+        per_process("process_numa_migrated", "process_migrated"),
+    ];
+    parts
+        .into_iter()
+        .filter(|(metric, _)| match (&env.metric, metric) {
+            (Some(wanted), Some(given)) => wanted == given,
+            _ => true,
+        })
+        .map(|(metric, rows)| match (&env.metric, metric) {
+            (Some(wanted), None) => {
+                format!("{ctes}\nSELECT * FROM ({rows}) t WHERE metric = '{wanted}'")
+            }
+            _ => format!("{ctes}\n{rows}"),
+        })
+        .collect()
+}
+
+/// The statements as one text, for `--show-sql`.
+pub fn sql(env: &Env) -> String {
+    statements(env).join(";\n\n")
+}
+
+/// Every statement's rows, the statements run one after another.
+pub async fn query(ctx: &SessionContext, env: &Env) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    for statement in statements(env) {
+        batches.extend(
+            catalog::query_batches(ctx, &statement)
+                .await
+                .map_err(catalog::one_line)?,
+        );
+    }
+    Ok(batches)
 }
 
 /// The SQL's rows as samples, read from the columns (a day at 10 s is
@@ -292,6 +342,11 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
             });
         }
     }
+    // The statements' rows come in no order; the incidents' sums are
+    // made in this one, so the same recording always reads the same.
+    out.sort_by(|a, b| {
+        (&a.host, a.interval, &a.metric, a.pid).cmp(&(&b.host, b.interval, &b.metric, b.pid))
+    });
     Ok(out)
 }
 

@@ -108,6 +108,20 @@ fn the_quiet_part_and_other_metrics_have_no_incident() {
     assert!(stderr(&out).contains("pgscan_direct"), "{}", stderr(&out));
 }
 
+/// With every metric in one statement, every view's sort ran at once, each
+/// holding 10 MB for its merge and a fair share of the limit too small for
+/// one batch: two minutes of a real recording failed at the default 1 GiB.
+#[test]
+fn the_timeline_of_a_minute_fits_in_32_mib() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    // Two partitions, as on this 2-core class of machine: the statement of
+    // every metric failed here at 32 MiB; one kind at a time fits in 16.
+    let incidents = timeline(&rec.dir, &["--threads", "2", "--memory-limit", "32M"]);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    assert_eq!(incidents[0]["metrics"][0]["pid"], 77);
+}
+
 /// A range narrowed to the burst itself is judged against the history
 /// before it, not against itself: every interval of the range is the hog's.
 #[test]

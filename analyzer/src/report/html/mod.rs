@@ -332,7 +332,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
                 .map_err(catalog::one_line)
         }
     };
-    let samples = timeline::samples(&query(timeline::sql(&env)).await?)?;
+    let samples = timeline::samples(&timeline::query(&ctx, &env).await?)?;
     let incidents = timeline::incidents(&samples, &env);
     let system = system_series(&query(system_sql(window, step)).await?)?;
     let processes = busiest_processes(
