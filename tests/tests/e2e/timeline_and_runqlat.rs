@@ -1,6 +1,6 @@
 //! `report timeline` finds an injected CPU burst (and nothing in the quiet
-//! before it), and memory pressure, an I/O stall and a thrashing page
-//! cache, each by its kind; `report runqlat` of a periodic task behind two hogs on its
+//! before it), and memory pressure, an I/O stall, a thrashing page cache
+//! and the events a switch storm made the recorder lose, each by its kind; `report runqlat` of a periodic task behind two hogs on its
 //! CPU counts its sleeps, and its waits and the hogs' (after wakeups and
 //! preemptions) sum to the kernel's schedstat run_delay.
 
@@ -182,7 +182,8 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
 /// Memory pressure, an I/O stall and the page cache thrashing, each made
 /// on the real kernel by a program of its own between quiet stretches:
 /// the timeline finds each as an incident of its kind with that program
-/// among its first contributors, and nothing in the quiet.
+/// among its first contributors, the events a switch storm made the
+/// recorder lose as one incident of kind `lost`, and nothing in the quiet.
 #[test]
 fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     let _machine = quiet();
@@ -219,7 +220,28 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
         made.push((name, kind, truth["pid"].as_i64().unwrap(), start, end));
         thread::sleep(Duration::from_secs(20));
     }
+    // A switch storm faster than the recorder drains: what it could not
+    // record is an incident too, of its own kind.
+    let start = utc_now_ns();
+    let out = run(Command::new(bin("hs-pingpong")).args(["--rounds", "60000", "--pairs", "8"]));
+    let end = utc_now_ns();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: Value = serde_json::from_slice(&out.stdout).unwrap();
+    thread::sleep(Duration::from_secs(20));
     recorder.stop();
+    let dropped = sql_count(
+        &rec_dir,
+        &format!(
+            "SELECT CAST(COALESCE(SUM(lost), 0) AS BIGINT) AS n FROM loss
+             WHERE CAST(ts AS BIGINT) BETWEEN {start} AND {end} + 1000000000"
+        ),
+    );
+    eprintln!("hs-pingpong (lost): {dropped} events lost in the storm");
+    assert!(dropped > 0, "the storm must overrun the recorder");
 
     let rec = rec_dir.to_str().unwrap();
     let interval = 5 * S;
@@ -245,7 +267,25 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     let overlaps = |(start, end): (i64, i64), from: i64, to: i64| {
         start <= to + interval && end >= from - interval
     };
+    let lost = incidents.iter().filter(|i| {
+        overlaps(span(i), start, end) && i["kinds"].as_array().unwrap().iter().any(|k| k == "lost")
+    });
+    assert_eq!(
+        lost.count(),
+        1,
+        "the storm's losses ({truth}) made no one lost incident: {text}"
+    );
+    made.push((
+        "hs-pingpong",
+        "lost",
+        truth["pid"].as_i64().unwrap(),
+        start,
+        end,
+    ));
     for &(name, kind, pid, from, to) in &made {
+        if kind == "lost" {
+            continue;
+        }
         let found = incidents.iter().filter(|i| overlaps(span(i), from, to));
         let typed: Vec<&Value> = found
             .filter(|i| i["kinds"].as_array().unwrap().iter().any(|k| k == kind))
