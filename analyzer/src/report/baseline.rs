@@ -137,6 +137,22 @@ pub struct Contributor {
     pub share: f64,
     /// Its departure's score; 0 where it rose without departing.
     pub score: f64,
+    /// Its threads that did the most of `metric` in the incident, the most
+    /// first (filled in after the incidents are found).
+    pub threads: Vec<ThreadShare>,
+}
+
+/// A thread of a contributor: its time in the incident.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadShare {
+    pub tid: i32,
+    /// The name it ended the incident with.
+    pub comm: Option<String>,
+    /// Seconds on a CPU, waiting in a run queue, and in uninterruptible
+    /// sleep (D) in the incident.
+    pub on_cpu_s: f64,
+    pub runq_wait_s: f64,
+    pub offcpu_d_s: f64,
 }
 
 /// Consecutive departing intervals of one host.
@@ -588,6 +604,7 @@ pub fn incidents(
                             metric: key.1.clone(),
                             share,
                             score,
+                            threads: Vec::new(),
                         },
                     );
                 }

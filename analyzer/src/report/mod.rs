@@ -3,8 +3,10 @@
 //! this one holds what they share: the interval and time-bound flags, the
 //! interval arithmetic in SQL, and running and printing.
 //!
-//! Every report is ONE read-only statement over the registered tables, so
-//! what `--show-sql` prints runs unchanged with `hindsight sql`.
+//! Every report is one read-only statement over the registered tables, so
+//! what `--show-sql` prints runs unchanged with `hindsight sql`; but the
+//! timeline, which runs one statement per kind of metric (printed, in
+//! order) and then looks up its contributors' threads.
 //!
 //! Intervals are `[a, a + interval)` with `a` a multiple of the interval
 //! since the Unix epoch (`date_bin(INTERVAL '10 seconds', ts)`).
@@ -271,9 +273,46 @@ impl Env {
         &self,
         kind: ThreadTime,
         step: Interval,
+        window: (Option<i64>, Option<i64>),
+    ) -> String {
+        self.time_sql(kind, step, window, None)
+    }
+
+    /// [`Env::thread_time_sql`] per thread of the processes `pids`:
+    /// `[host,] interval_start, pid, tid, comm, ns`.
+    pub fn thread_time_by_tid_sql(
+        &self,
+        kind: ThreadTime,
+        step: Interval,
+        window: (Option<i64>, Option<i64>),
+        pids: &[i32],
+    ) -> String {
+        self.time_sql(kind, step, window, Some(pids))
+    }
+
+    /// The time of `kind` per interval and process, or per thread of the
+    /// processes `threads_of`.
+    fn time_sql(
+        &self,
+        kind: ThreadTime,
+        step: Interval,
         (first, end): (Option<i64>, Option<i64>),
+        threads_of: Option<&[i32]>,
     ) -> String {
         let h = self.h();
+        let key = if threads_of.is_some() {
+            "pid, tid"
+        } else {
+            "pid"
+        };
+        // The processes' rows only, before they are paired or binned.
+        let only = match threads_of {
+            None => "TRUE".to_owned(),
+            Some(pids) => {
+                let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+                format!("pid IN ({})", pids.join(", "))
+            }
+        };
         // The name the process has at the end of the interval (its main
         // thread's, if it ran), as atop shows it: a process that renamed
         // itself is shown under its new name, not the first alphabetically.
@@ -301,16 +340,16 @@ impl Env {
         };
         if self.indexed && step.ns() % 1_000_000_000 == 0 {
             return format!(
-                "SELECT {h}date_bin({step}, ts) AS interval_start, pid, {comm}, sum({second_ns}) AS ns
-  FROM thread_second WHERE {second_ns} > 0 AND {bounds}
-  GROUP BY {h}interval_start, pid",
+                "SELECT {h}date_bin({step}, ts) AS interval_start, {key}, {comm}, sum({second_ns}) AS ns
+  FROM thread_second WHERE {second_ns} > 0 AND {bounds} AND {only}
+  GROUP BY {h}interval_start, {key}",
                 step = step.sql(),
                 comm = comm("ts"),
                 bounds = bins("ts"),
             );
         }
         // Rows that overlap the window, each cut into one piece per bin.
-        let mut overlap = vec![view_filter.to_owned()];
+        let mut overlap = vec![view_filter.to_owned(), only];
         if let Some(first) = first {
             overlap.push(format!("{view_end} > {}", timestamp(first)));
         }
@@ -318,7 +357,7 @@ impl Env {
             overlap.push(format!("ts < {}", timestamp(end)));
         }
         format!(
-            "SELECT {h}interval_start, pid, {comm}, sum(least(e, b_end) - greatest(b, b_start)) AS ns
+            "SELECT {h}interval_start, {key}, {comm}, sum(least(e, b_end) - greatest(b, b_start)) AS ns
   FROM (
     SELECT {h}pid, tid, comm, b, e, k * {s} AS b_start, (k + 1) * {s} AS b_end,
       {bin_start} AS interval_start
@@ -329,7 +368,7 @@ impl Env {
     ) pieces
   ) binned
   WHERE {bounds}
-  GROUP BY {h}interval_start, pid",
+  GROUP BY {h}interval_start, {key}",
             s = step.ns(),
             comm = comm("b"),
             bin_start = ns_as_timestamp(&format!("k * {}", step.ns())),
@@ -753,7 +792,8 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
             Kind::Faults => faults::write_table(&batches, &env, &layout, &mut out)?,
             Kind::Timeline => {
                 let samples = timeline::samples(&batches)?;
-                let incidents = timeline::incidents(&samples, &env);
+                let mut incidents = timeline::incidents(&samples, &env);
+                timeline::add_threads(&ctx, &env, &mut incidents).await?;
                 timeline::write(&incidents, options.format, &layout, &mut out)?;
             }
         }

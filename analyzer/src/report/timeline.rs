@@ -9,6 +9,7 @@
 //! contract for scripts: one JSON array of incidents, each with `start`,
 //! `end`, `peak` (RFC 3339 UTC), `metrics` and `contributors`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use anyhow::Result;
@@ -19,7 +20,7 @@ use datafusion::prelude::SessionContext;
 use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
-use super::baseline::{self, Incident, MetricSpec, Sample};
+use super::baseline::{self, Incident, MetricSpec, Sample, ThreadShare};
 use super::{task_deltas, Env, ThreadTime};
 use crate::catalog;
 use crate::human::{self, Layout, Table};
@@ -297,12 +298,7 @@ pub async fn query(ctx: &SessionContext, env: &Env) -> Result<Vec<RecordBatch>> 
 pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
     for batch in batches {
-        let column = |name: &str, kind: DataType| -> Result<Option<ArrayRef>> {
-            batch
-                .column_by_name(name)
-                .map(|c| cast(c, &kind).map_err(anyhow::Error::from))
-                .transpose()
-        };
+        let column = |name: &str, kind: DataType| column_as(batch, name, kind);
         let (Some(start), Some(metric), Some(value)) = (
             column("interval_start", DataType::Int64)?,
             column("metric", DataType::Utf8)?,
@@ -318,12 +314,6 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
             metric.as_string::<i32>(),
             value.as_primitive::<Float64Type>(),
         );
-        let text = |a: &Option<ArrayRef>, row: usize| {
-            a.as_ref()
-                .map(|a| a.as_string::<i32>())
-                .filter(|a| a.is_valid(row))
-                .map(|a| a.value(row).to_owned())
-        };
         for row in 0..batch.num_rows() {
             if !(value.is_valid(row) && start.is_valid(row)) {
                 continue;
@@ -348,6 +338,126 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
         (&a.host, a.interval, &a.metric, a.pid).cmp(&(&b.host, b.interval, &b.metric, b.pid))
     });
     Ok(out)
+}
+
+/// Column `name` of `batch` as `kind`, if the batch has it.
+fn column_as(batch: &RecordBatch, name: &str, kind: DataType) -> Result<Option<ArrayRef>> {
+    batch
+        .column_by_name(name)
+        .map(|c| cast(c, &kind).map_err(anyhow::Error::from))
+        .transpose()
+}
+
+/// Row `row` of a text column read by [`column_as`], if it has one.
+fn text(column: &Option<ArrayRef>, row: usize) -> Option<String> {
+    column
+        .as_ref()
+        .map(|a| a.as_string::<i32>())
+        .filter(|a| a.is_valid(row))
+        .map(|a| a.value(row).to_owned())
+}
+
+/// Threads shown per contributor.
+const THREADS_PER_CONTRIBUTOR: usize = 3;
+
+/// (host, pid, tid) -> interval -> (on-CPU, run-queue, D-state ns; name)
+type ThreadTimes = BTreeMap<(Option<String>, i32, i32), BTreeMap<i64, ([i64; 3], Option<String>)>>;
+
+/// Fills in each contributor's threads that did the most in its incident:
+/// their on-CPU, run-queue and D-state time there, ranked by the time of
+/// the contributor's metric (on-CPU time for faults and page migrations,
+/// which are recorded per process). Three statements, one per kind of
+/// time, over the contributors' processes from the first incident's start
+/// to the last one's end.
+pub async fn add_threads(
+    ctx: &SessionContext,
+    env: &Env,
+    incidents: &mut [Incident],
+) -> Result<()> {
+    let pids: Vec<i32> = incidents
+        .iter()
+        .flat_map(|i| i.contributors.iter().map(|c| c.pid))
+        .filter(|pid| *pid > 0)
+        .collect::<BTreeSet<i32>>()
+        .into_iter()
+        .collect();
+    if pids.is_empty() {
+        return Ok(());
+    }
+    let first = incidents.iter().map(|i| i.start).min();
+    let end = incidents.iter().map(|i| i.end).max();
+    let mut times = ThreadTimes::new();
+    let kinds = [ThreadTime::OnCpu, ThreadTime::Runq, ThreadTime::OffCpuD];
+    for (k, kind) in kinds.into_iter().enumerate() {
+        let statement = env.thread_time_by_tid_sql(kind, env.interval, (first, end), &pids);
+        let batches = catalog::query_batches(ctx, &statement)
+            .await
+            .map_err(catalog::one_line)?;
+        for batch in &batches {
+            let column = |name: &str, kind: DataType| column_as(batch, name, kind);
+            let (Some(start), Some(pid), Some(tid), Some(ns)) = (
+                column("interval_start", DataType::Int64)?,
+                column("pid", DataType::Int32)?,
+                column("tid", DataType::Int32)?,
+                column("ns", DataType::Int64)?,
+            ) else {
+                anyhow::bail!("the thread times lack interval_start, pid, tid or ns");
+            };
+            let (host, comm) = (
+                column("host", DataType::Utf8)?,
+                column("comm", DataType::Utf8)?,
+            );
+            let (start, pid, tid, ns) = (
+                start.as_primitive::<Int64Type>(),
+                pid.as_primitive::<Int32Type>(),
+                tid.as_primitive::<Int32Type>(),
+                ns.as_primitive::<Int64Type>(),
+            );
+            for row in 0..batch.num_rows() {
+                let entry = times
+                    .entry((text(&host, row), pid.value(row), tid.value(row)))
+                    .or_default()
+                    .entry(start.value(row))
+                    .or_default();
+                entry.0[k] += ns.value(row);
+                entry.1 = entry.1.take().or_else(|| text(&comm, row));
+            }
+        }
+    }
+    for incident in incidents {
+        for c in &mut incident.contributors {
+            let ranked = match c.metric.as_str() {
+                "process_runq_wait" => 1,
+                "process_offcpu_d" => 2,
+                _ => 0,
+            };
+            let host = &incident.host;
+            let mut threads: Vec<ThreadShare> = times
+                .range((host.clone(), c.pid, i32::MIN)..=(host.clone(), c.pid, i32::MAX))
+                .filter_map(|((_, _, tid), by_interval)| {
+                    let inside = by_interval.range(incident.start..incident.end);
+                    let mut ns = [0i64; 3];
+                    let mut comm = None;
+                    for (times, name) in inside.map(|(_, v)| v) {
+                        (0..3).for_each(|k| ns[k] += times[k]);
+                        comm = name.clone().or(comm);
+                    }
+                    (ns[ranked] > 0).then(|| ThreadShare {
+                        tid: *tid,
+                        comm,
+                        on_cpu_s: ns[0] as f64 / 1e9,
+                        runq_wait_s: ns[1] as f64 / 1e9,
+                        offcpu_d_s: ns[2] as f64 / 1e9,
+                    })
+                })
+                .collect();
+            let time = |t: &ThreadShare| [t.on_cpu_s, t.runq_wait_s, t.offcpu_d_s][ranked];
+            threads.sort_by(|a, b| time(b).total_cmp(&time(a)).then(a.tid.cmp(&b.tid)));
+            threads.truncate(THREADS_PER_CONTRIBUTOR);
+            c.threads = threads;
+        }
+    }
+    Ok(())
 }
 
 /// The incidents of `samples` in the reported range; what came before it
@@ -381,8 +491,16 @@ pub fn incident_json(incident: &Incident) -> Value {
         .contributors
         .iter()
         .map(|c| {
+            let threads: Vec<Value> = c
+                .threads
+                .iter()
+                .map(|t| {
+                    json!({"tid": t.tid, "comm": t.comm, "on_cpu_s": round(t.on_cpu_s),
+                           "runq_wait_s": round(t.runq_wait_s), "offcpu_d_s": round(t.offcpu_d_s)})
+                })
+                .collect();
             json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share),
-                   "score": round(c.score)})
+                   "score": round(c.score), "threads": threads})
         })
         .collect();
     let counters: Vec<&str> = incident
@@ -427,7 +545,7 @@ pub fn write(
         Format::Csv => {
             writeln!(
                 out,
-                "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share"
+                "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s"
             )?;
             for (i, inc) in incidents.iter().enumerate() {
                 let head = format!(
@@ -442,7 +560,7 @@ pub fn write(
                 for m in &inc.metrics {
                     writeln!(
                         out,
-                        "{head},metric,{},{},{},{},{},{},{},{},",
+                        "{head},metric,{},{},{},{},{},{},{},{},,,,,",
                         m.metric,
                         csv(m.unit),
                         m.pid.map_or(String::new(), |p| p.to_string()),
@@ -456,13 +574,26 @@ pub fn write(
                 for c in &inc.contributors {
                     writeln!(
                         out,
-                        "{head},contributor,{},,{},{},,,,{},{}",
+                        "{head},contributor,{},,{},{},,,,{},{},,,,",
                         c.metric,
                         c.pid,
                         csv(c.comm.as_deref().unwrap_or("")),
                         round(c.score),
                         round(c.share)
                     )?;
+                    for t in &c.threads {
+                        writeln!(
+                            out,
+                            "{head},thread,{},s,{},{},,,,,,{},{},{},{}",
+                            c.metric,
+                            c.pid,
+                            csv(t.comm.as_deref().unwrap_or("")),
+                            t.tid,
+                            round(t.on_cpu_s),
+                            round(t.runq_wait_s),
+                            round(t.offcpu_d_s)
+                        )?;
+                    }
                 }
             }
         }
@@ -528,6 +659,17 @@ pub fn write(
                                 String::new()
                             }
                         )?;
+                        for t in &c.threads {
+                            writeln!(
+                                out,
+                                "          tid {:<8} {:<16} {:.3} s on CPU, {:.3} s in run queue, {:.3} s in D",
+                                t.tid,
+                                t.comm.as_deref().unwrap_or("-"),
+                                t.on_cpu_s,
+                                t.runq_wait_s,
+                                t.offcpu_d_s
+                            )?;
+                        }
                     }
                 }
                 writeln!(out)?;

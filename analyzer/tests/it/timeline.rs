@@ -15,23 +15,38 @@ const CHUNK: &str = "20231114T221320.000Z-000001.parquet";
 /// 35 s a hog (pid 77, `hog`) runs in between, otherwise the CPU idles.
 /// `ctxt` grows by 1000 to 1040 a second, without a burst.
 pub fn burst_recording(fx: &Fixture) -> Rec {
+    burst_recording_of(fx, false)
+}
+
+/// [`burst_recording`]; with `worker`, the hog's 99 ms a tick are 30 ms of
+/// its main thread and then 69 ms of its thread 79, `hog-worker`.
+fn burst_recording_of(fx: &Fixture, worker: bool) -> Rec {
     let rec = fx.recording("rec", "h");
     let mut switches = Vec::new();
-    let sw = |ms: i64, prev: (i32, &str), next: (i32, &str)| {
-        json!({"ts": t(ms), "cpu": 0, "prev_tid": prev.0, "prev_pid": prev.0, "prev_comm": prev.1,
-               "prev_state": "R", "prev_prio": 120, "next_tid": next.0, "next_pid": next.0,
-               "next_comm": next.1, "next_prio": 120})
+    // (tid, pid, comm)
+    let sw = |ms: i64, prev: (i32, i32, &str), next: (i32, i32, &str)| {
+        json!({"ts": t(ms), "cpu": 0, "prev_tid": prev.0, "prev_pid": prev.1, "prev_comm": prev.2,
+               "prev_state": "R", "prev_prio": 120, "next_tid": next.0, "next_pid": next.1,
+               "next_comm": next.2, "next_prio": 120})
     };
-    let idle = (0, "swapper/0");
-    let daemon = (50, "daemon");
-    let hog = (77, "hog");
+    let idle = (0, 0, "swapper/0");
+    let daemon = (50, 50, "daemon");
+    let hog = (77, 77, "hog");
+    let hog_worker = (79, 77, "hog-worker");
     for tick in 0..600 {
         let ms = tick * 100;
         let busy = (30_000..35_000).contains(&ms);
         let hog_was_running = (30_000..35_000).contains(&(ms - 100));
-        let before = if hog_was_running { hog } else { idle };
+        let before = match (hog_was_running, worker) {
+            (false, _) => idle,
+            (true, false) => hog,
+            (true, true) => hog_worker,
+        };
         switches.push(sw(ms, before, daemon));
         switches.push(sw(ms + 1, daemon, if busy { hog } else { idle }));
+        if busy && worker {
+            switches.push(sw(ms + 31, hog, hog_worker));
+        }
     }
     rec.chunk(&SCHED_SWITCH, CHUNK, &switches);
     let mut ctxt = 1_000_000;
@@ -76,6 +91,12 @@ fn a_burst_is_one_incident_with_its_hog_first() {
         (json!(77), json!("hog"))
     );
     assert_eq!(top["share"], 1.0);
+    // Its one thread, on the CPU for the 4.95 s and preempted 50 times,
+    // the last time at the end of the burst: 49 waits of 1 ms.
+    assert_eq!(
+        top["threads"],
+        json!([{"tid": 77, "comm": "hog", "on_cpu_s": 4.95, "runq_wait_s": 0.049, "offcpu_d_s": 0.0}])
+    );
     // The daemon runs as always: not a departure.
     assert!(incident["metrics"]
         .as_array()
@@ -106,6 +127,39 @@ fn the_quiet_part_and_other_metrics_have_no_incident() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("pgscan_direct"), "{}", stderr(&out));
+}
+
+/// A contributor's threads come first by the time of its metric, each
+/// with its own times.
+#[test]
+fn a_contributors_threads_are_ranked_by_the_time_of_its_metric() {
+    let fx = Fixture::new();
+    let rec = burst_recording_of(&fx, true);
+    let incidents = timeline(&rec.dir, &[]);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let top = &incidents[0]["contributors"][0];
+    // Its threads waited for each other more than it ran: the program's
+    // run-queue wait departs furthest, and its threads are ranked by it.
+    assert_eq!(
+        (top["pid"].clone(), top["metric"].clone()),
+        (json!(77), json!("process_runq_wait")),
+        "{top}"
+    );
+    // 50 ticks of 30 ms and of 69 ms. Each is preempted in every tick and
+    // waits for its turn in the next: the main thread 70 ms, the worker
+    // 31 ms; the last tick's waits never end.
+    assert_eq!(
+        top["threads"],
+        json!([
+            {"tid": 77, "comm": "hog", "on_cpu_s": 1.5, "runq_wait_s": 3.43, "offcpu_d_s": 0.0},
+            {"tid": 79, "comm": "hog-worker", "on_cpu_s": 3.45, "runq_wait_s": 1.519, "offcpu_d_s": 0.0},
+        ]),
+        "{top}"
+    );
+    // Indexed, from thread_second: the same.
+    let out = hindsight(["index", rec.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(timeline(&rec.dir, &[]), incidents);
 }
 
 /// With every metric in one statement, every view's sort ran at once, each
@@ -177,14 +231,26 @@ fn timeline_table_and_csv_name_the_hog() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share"
+        "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s"
     );
     // 49.5 % where nothing ran before: 1.98 floors (25 points) above it.
     assert!(
         lines
             .iter()
-            .any(|l| l.contains(",new_process,contributor,process_cpu,,77,hog,,,,1.98,1")),
+            .any(|l| l.contains(",new_process,contributor,process_cpu,,77,hog,,,,1.98,1,,,,")),
         "{csv}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(",new_process,thread,process_cpu,s,77,hog,,,,,,77,4.95,0.049,0")),
+        "{csv}"
+    );
+    assert!(
+        table.contains(
+            "tid 77       hog              4.950 s on CPU, 0.049 s in run queue, 0.000 s in D"
+        ),
+        "{table}"
     );
 }
 

@@ -112,6 +112,29 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
             .any(|c| c["pid"].as_i64() == Some(burn_pid)),
         "hs-load ({burn_pid}) is not among the top contributors: {incident}"
     );
+    // Its one thread's CPU time in the incident is the burn's getrusage,
+    // by the bounds above, less what fell outside the incident's span.
+    let burner = contributors
+        .iter()
+        .find(|c| c["pid"].as_i64() == Some(burn_pid))
+        .unwrap();
+    let threads = burner["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{burner}");
+    assert_eq!(threads[0]["tid"].as_i64(), Some(burn_pid), "{burner}");
+    let thread_s = threads[0]["on_cpu_s"].as_f64().unwrap();
+    let outside_s = ((start - burst_start).max(0) + (burst_end - end).max(0)) as f64 / 1e9;
+    assert!(
+        thread_s <= own_s + tolerance + hidden_s + ticks,
+        "the burner's thread: {thread_s} s on CPU, getrusage {own_s} s"
+    );
+    if lost_switches == 0 {
+        assert!(
+            thread_s + unseen_s + outside_s >= own_s - tolerance,
+            "the burner's thread: {thread_s} s on CPU (+ {unseen_s} s unreported, \
+             {outside_s} s of the burst outside the incident), getrusage {own_s} s"
+        );
+    }
+    eprintln!("burner's thread in the incident: {thread_s} s on CPU, getrusage {own_s} s");
     let metrics = incident["metrics"].as_array().unwrap();
     let hog = metrics
         .iter()
