@@ -140,6 +140,19 @@ pub struct Contributor {
     /// Its threads that did the most of `metric` in the incident, the most
     /// first (filled in after the incidents are found).
     pub threads: Vec<ThreadShare>,
+    /// Its process's most sampled on-CPU stacks in the incident, the most
+    /// first (filled in after the incidents are found, where recorded).
+    pub stacks: Vec<StackShare>,
+}
+
+/// A stack a contributor's process ran in: its CPU samples in the incident.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackShare {
+    pub samples: i64,
+    /// Of all the process's samples in the incident (0..=1).
+    pub share: f64,
+    /// Its frames, root first, `;` between them (as a folded stack).
+    pub frames: String,
 }
 
 /// A thread of a contributor: its time in the incident.
@@ -605,6 +618,7 @@ pub fn incidents(
                             share,
                             score,
                             threads: Vec::new(),
+                            stacks: Vec::new(),
                         },
                     );
                 }

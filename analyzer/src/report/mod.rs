@@ -794,6 +794,7 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
                 let samples = timeline::samples(&batches)?;
                 let mut incidents = timeline::incidents(&samples, &env);
                 timeline::add_threads(&ctx, &env, &mut incidents).await?;
+                timeline::add_stacks(&ctx, &env, &mut incidents).await?;
                 timeline::write(&incidents, options.format, &layout, &mut out)?;
             }
         }

@@ -20,11 +20,11 @@ use datafusion::prelude::SessionContext;
 use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
-use super::baseline::{self, Incident, MetricSpec, Sample, ThreadShare};
-use super::{task_deltas, Env, ThreadTime};
-use crate::catalog;
+use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, ThreadShare};
+use super::{task_deltas, timestamp, Env, ThreadTime};
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
+use crate::{catalog, flamegraph};
 
 const fn system(
     name: &'static str,
@@ -460,6 +460,147 @@ pub async fn add_threads(
     Ok(())
 }
 
+/// Stacks shown per contributor.
+const STACKS_PER_CONTRIBUTOR: usize = 2;
+
+/// Fills in each contributor's most sampled on-CPU stacks in its incident
+/// (`cpu_sample`, where the recording has it): one statement counts the
+/// contributors' samples per interval and stack, a second names the
+/// stacks shown. Of one recording only: stack ids are per recording.
+pub async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
+    let pids: BTreeSet<i32> = incidents
+        .iter()
+        .flat_map(|i| i.contributors.iter().map(|c| c.pid))
+        .filter(|pid| *pid > 0)
+        .collect();
+    let (Some(first), Some(end)) = (
+        incidents.iter().map(|i| i.start).min(),
+        incidents.iter().map(|i| i.end).max(),
+    ) else {
+        return Ok(());
+    };
+    if pids.is_empty() || env.multi_host {
+        return Ok(());
+    }
+    let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+    let statement = format!(
+        "SELECT {bin} AS interval_start, pid, stack_id, count(*) AS samples FROM cpu_sample
+  WHERE pid IN ({pids}) AND ts >= {first} AND ts < {end}
+  GROUP BY 1, 2, 3",
+        bin = env.bin("ts"),
+        pids = pids.join(", "),
+        first = timestamp(first),
+        end = timestamp(end),
+    );
+    // pid -> interval -> stack (None: not read) -> samples
+    let mut counts: BTreeMap<i32, BTreeMap<i64, BTreeMap<Option<i64>, i64>>> = BTreeMap::new();
+    for batch in &catalog::query_batches(ctx, &statement)
+        .await
+        .map_err(catalog::one_line)?
+    {
+        let column = |name: &str, kind: DataType| column_as(batch, name, kind);
+        let (Some(start), Some(pid), Some(stack), Some(samples)) = (
+            column("interval_start", DataType::Int64)?,
+            column("pid", DataType::Int32)?,
+            column("stack_id", DataType::Int64)?,
+            column("samples", DataType::Int64)?,
+        ) else {
+            anyhow::bail!("the stack counts lack interval_start, pid, stack_id or samples");
+        };
+        let (start, pid, stack, samples) = (
+            start.as_primitive::<Int64Type>(),
+            pid.as_primitive::<Int32Type>(),
+            stack.as_primitive::<Int64Type>(),
+            samples.as_primitive::<Int64Type>(),
+        );
+        for row in 0..batch.num_rows() {
+            *counts
+                .entry(pid.value(row))
+                .or_default()
+                .entry(start.value(row))
+                .or_default()
+                .entry(stack.is_valid(row).then(|| stack.value(row)))
+                .or_default() += samples.value(row);
+        }
+    }
+    // (incident, contributor) -> its top (stack, samples); of all its samples
+    type Chosen = BTreeMap<(usize, usize), (Vec<(i64, i64)>, i64)>;
+    let mut chosen = Chosen::new();
+    for (i, incident) in incidents.iter().enumerate() {
+        for (c, contributor) in incident.contributors.iter().enumerate() {
+            let Some(by_interval) = counts.get(&contributor.pid) else {
+                continue;
+            };
+            let mut by_stack: BTreeMap<Option<i64>, i64> = BTreeMap::new();
+            for stacks in by_interval
+                .range(incident.start..incident.end)
+                .map(|(_, v)| v)
+            {
+                for (stack, n) in stacks {
+                    *by_stack.entry(*stack).or_default() += n;
+                }
+            }
+            let total: i64 = by_stack.values().sum();
+            let mut top: Vec<(i64, i64)> = by_stack
+                .into_iter()
+                .filter_map(|(stack, n)| stack.map(|s| (s, n)))
+                .collect();
+            top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            top.truncate(STACKS_PER_CONTRIBUTOR);
+            if !top.is_empty() {
+                chosen.insert((i, c), (top, total));
+            }
+        }
+    }
+    let ids: BTreeSet<i64> = chosen
+        .values()
+        .flat_map(|(top, _)| top.iter().map(|t| t.0))
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<String> = ids.iter().map(|id| format!("({id})")).collect();
+    let statement = format!(
+        "WITH chosen AS (SELECT column1 AS stack_id FROM (VALUES {values})),
+{named}
+SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames FROM named GROUP BY stack_id",
+        values = values.join(", "),
+        named = flamegraph::stack_frames_ctes("chosen"),
+    );
+    let mut frames: BTreeMap<i64, String> = BTreeMap::new();
+    for batch in &catalog::query_batches(ctx, &statement)
+        .await
+        .map_err(catalog::one_line)?
+    {
+        let (Some(stack), names) = (
+            column_as(batch, "stack_id", DataType::Int64)?,
+            column_as(batch, "frames", DataType::Utf8)?,
+        ) else {
+            anyhow::bail!("the named stacks lack stack_id");
+        };
+        let stack = stack.as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            if let Some(name) = text(&names, row) {
+                frames.insert(stack.value(row), name);
+            }
+        }
+    }
+    for ((i, c), (top, total)) in chosen {
+        incidents[i].contributors[c].stacks = top
+            .into_iter()
+            .map(|(stack, samples)| StackShare {
+                samples,
+                share: samples as f64 / total as f64,
+                frames: frames
+                    .get(&stack)
+                    .cloned()
+                    .unwrap_or_else(|| "[unknown]".into()),
+            })
+            .collect();
+    }
+    Ok(())
+}
+
 /// The incidents of `samples` in the reported range; what came before it
 /// is history for the baselines.
 pub fn incidents(samples: &[Sample], env: &Env) -> Vec<Incident> {
@@ -499,8 +640,13 @@ pub fn incident_json(incident: &Incident) -> Value {
                            "runq_wait_s": round(t.runq_wait_s), "offcpu_d_s": round(t.offcpu_d_s)})
                 })
                 .collect();
+            let stacks: Vec<Value> = c
+                .stacks
+                .iter()
+                .map(|s| json!({"samples": s.samples, "share": round(s.share), "frames": s.frames}))
+                .collect();
             json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share),
-                   "score": round(c.score), "threads": threads})
+                   "score": round(c.score), "threads": threads, "stacks": stacks})
         })
         .collect();
     let counters: Vec<&str> = incident
@@ -545,7 +691,7 @@ pub fn write(
         Format::Csv => {
             writeln!(
                 out,
-                "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s"
+                "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s,stack"
             )?;
             for (i, inc) in incidents.iter().enumerate() {
                 let head = format!(
@@ -560,7 +706,7 @@ pub fn write(
                 for m in &inc.metrics {
                     writeln!(
                         out,
-                        "{head},metric,{},{},{},{},{},{},{},{},,,,,",
+                        "{head},metric,{},{},{},{},{},{},{},{},,,,,,",
                         m.metric,
                         csv(m.unit),
                         m.pid.map_or(String::new(), |p| p.to_string()),
@@ -574,7 +720,7 @@ pub fn write(
                 for c in &inc.contributors {
                     writeln!(
                         out,
-                        "{head},contributor,{},,{},{},,,,{},{},,,,",
+                        "{head},contributor,{},,{},{},,,,{},{},,,,,",
                         c.metric,
                         c.pid,
                         csv(c.comm.as_deref().unwrap_or("")),
@@ -584,7 +730,7 @@ pub fn write(
                     for t in &c.threads {
                         writeln!(
                             out,
-                            "{head},thread,{},s,{},{},,,,,,{},{},{},{}",
+                            "{head},thread,{},s,{},{},,,,,,{},{},{},{},",
                             c.metric,
                             c.pid,
                             csv(t.comm.as_deref().unwrap_or("")),
@@ -592,6 +738,18 @@ pub fn write(
                             round(t.on_cpu_s),
                             round(t.runq_wait_s),
                             round(t.offcpu_d_s)
+                        )?;
+                    }
+                    for st in &c.stacks {
+                        writeln!(
+                            out,
+                            "{head},stack,{},samples,{},{},,,{},,{},,,,,{}",
+                            c.metric,
+                            c.pid,
+                            csv(c.comm.as_deref().unwrap_or("")),
+                            st.samples,
+                            round(st.share),
+                            csv(&st.frames)
                         )?;
                     }
                 }
@@ -670,6 +828,15 @@ pub fn write(
                                 t.offcpu_d_s
                             )?;
                         }
+                        for st in &c.stacks {
+                            writeln!(
+                                out,
+                                "          stack {:>5.1}% of its samples ({}): {}",
+                                100.0 * st.share,
+                                st.samples,
+                                leaf_first(&st.frames, 4)
+                            )?;
+                        }
                     }
                 }
                 writeln!(out)?;
@@ -677,6 +844,13 @@ pub fn write(
         }
     }
     Ok(())
+}
+
+/// The `n` frames nearest the leaf of a folded stack, leaf first.
+fn leaf_first(folded: &str, n: usize) -> String {
+    let frames: Vec<&str> = folded.rsplit(';').collect();
+    let more = if frames.len() > n { " <- ..." } else { "" };
+    format!("{}{more}", frames[..frames.len().min(n)].join(" <- "))
 }
 
 fn csv(text: &str) -> String {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use hindsight_schemas::tables::{COUNTER, SCHED_SWITCH, SCHED_WAKEUP};
+use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, SCHED_SWITCH, SCHED_WAKEUP, STACK};
 use serde_json::{json, Map, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
@@ -97,6 +97,8 @@ fn a_burst_is_one_incident_with_its_hog_first() {
         top["threads"],
         json!([{"tid": 77, "comm": "hog", "on_cpu_s": 4.95, "runq_wait_s": 0.049, "offcpu_d_s": 0.0}])
     );
+    // No CPU samples were recorded: no stacks.
+    assert_eq!(top["stacks"], json!([]));
     // The daemon runs as always: not a departure.
     assert!(incident["metrics"]
         .as_array()
@@ -160,6 +162,85 @@ fn a_contributors_threads_are_ranked_by_the_time_of_its_metric() {
     let out = hindsight(["index", rec.dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(timeline(&rec.dir, &[]), incidents);
+}
+
+/// A contributor's most sampled stacks in its incident, with their share
+/// of all its samples there (those without a stack too), named root first.
+#[test]
+fn a_contributors_most_sampled_stacks_are_named() {
+    let fx = Fixture::new();
+    let rec = burst_recording(&fx);
+    let frame = |id: i64, kind: &str, function: &str| {
+        json!({"frame_id": id, "kind": kind, "address": 4096 + id as u64,
+               "module": if kind == "kernel" { "[kernel]" } else { "/usr/bin/hog" },
+               "file_offset": if kind == "kernel" { None } else { Some(id * 16) }, "function": function})
+    };
+    let frames = [
+        frame(1, "user", "main"),
+        frame(2, "user", "spin"),
+        frame(3, "kernel", "clear_page"),
+    ];
+    rec.chunk(&FRAME, CHUNK, &frames);
+    let stack = |id: i64, frames: &[i64]| -> Vec<Value> {
+        frames
+            .iter()
+            .enumerate()
+            .map(|(depth, f)| json!({"stack_id": id, "depth": depth, "frame_id": f}))
+            .collect()
+    };
+    rec.chunk(
+        &STACK,
+        CHUNK,
+        &[stack(10, &[2, 1]), stack(20, &[3, 2, 1]), stack(30, &[1])].concat(),
+    );
+    // In the burst: 30 samples in spin, 10 in the kernel under it, 5 with
+    // no stack; before it, 3 in main alone (not the incident's).
+    let mut samples = Vec::new();
+    let sample = |ms: i64, stack: Option<i64>| json!({"ts": t(ms), "cpu": 0, "tid": 77, "pid": 77, "comm": "hog", "stack_id": stack, "kernel": false});
+    for k in 0..45 {
+        let stack = match k {
+            0..30 => Some(10),
+            30..40 => Some(20),
+            _ => None,
+        };
+        samples.push(sample(30_010 + k * 100, stack));
+    }
+    samples.extend((0..3).map(|k| sample(10_000 + k * 100, Some(30))));
+    rec.chunk(&CPU_SAMPLE, CHUNK, &samples);
+
+    let incidents = timeline(&rec.dir, &[]);
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let top = &incidents[0]["contributors"][0];
+    assert_eq!(top["pid"], 77, "{top}");
+    assert_eq!(
+        top["stacks"],
+        json!([
+            {"samples": 30, "share": 0.667, "frames": "main;spin"},
+            {"samples": 10, "share": 0.222, "frames": "main;spin;clear_page_[k]"},
+        ]),
+        "{top}"
+    );
+    let table = stdout(&hindsight([
+        "report",
+        "timeline",
+        rec.dir.to_str().unwrap(),
+    ]));
+    assert!(
+        table.contains("stack  66.7% of its samples (30): spin <- main\n"),
+        "{table}"
+    );
+    let csv = stdout(&hindsight([
+        "report",
+        "timeline",
+        rec.dir.to_str().unwrap(),
+        "-f",
+        "csv",
+    ]));
+    assert!(
+        csv.lines()
+            .any(|l| l.ends_with(",stack,process_cpu,samples,77,hog,,,30,,0.667,,,,,main;spin")),
+        "{csv}"
+    );
 }
 
 /// With every metric in one statement, every view's sort ran at once, each
@@ -231,19 +312,19 @@ fn timeline_table_and_csv_name_the_hog() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s"
+        "incident,host,start,end,peak,kinds,row,metric,unit,pid,comm,baseline,normal_max,observed,score,share,tid,on_cpu_s,runq_wait_s,offcpu_d_s,stack"
     );
     // 49.5 % where nothing ran before: 1.98 floors (25 points) above it.
     assert!(
         lines
             .iter()
-            .any(|l| l.contains(",new_process,contributor,process_cpu,,77,hog,,,,1.98,1,,,,")),
+            .any(|l| l.contains(",new_process,contributor,process_cpu,,77,hog,,,,1.98,1,,,,,")),
         "{csv}"
     );
     assert!(
         lines
             .iter()
-            .any(|l| l.ends_with(",new_process,thread,process_cpu,s,77,hog,,,,,,77,4.95,0.049,0")),
+            .any(|l| l.ends_with(",new_process,thread,process_cpu,s,77,hog,,,,,,77,4.95,0.049,0,")),
         "{csv}"
     );
     assert!(

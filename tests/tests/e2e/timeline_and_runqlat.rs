@@ -135,6 +135,15 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
         );
     }
     eprintln!("burner's thread in the incident: {thread_s} s on CPU, getrusage {own_s} s");
+    // Its most sampled stack is in the burn loop, named from its symbols.
+    let stacks = burner["stacks"].as_array().unwrap();
+    assert!(
+        stacks
+            .first()
+            .and_then(|s| s["frames"].as_str())
+            .is_some_and(|f| f.contains("hs_load::burn")),
+        "the burner's stacks: {burner}"
+    );
     let metrics = incident["metrics"].as_array().unwrap();
     let hog = metrics
         .iter()
