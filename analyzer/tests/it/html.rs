@@ -126,6 +126,17 @@ fn the_page_is_one_file_that_lists_and_shades_the_burst() {
     );
     assert!(html.contains("CPU used by hog (77)"), "{html}");
     assert!(html.contains("hog (77) 100 %"), "{html}");
+    // Its thread (the burst's 4.95 s on the CPU) and where its samples were.
+    assert!(
+        html.contains(
+            "<small>thread hog (77): 4.95 s on CPU, 0.05 s waiting to run, 0.00 s in D</small>"
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("<small>100 % of its samples in <code>spin_forever</code></small>"),
+        "{html}"
+    );
     assert_eq!(
         html.matches("opacity=\"0.14\" fill=\"#D62728\"").count(),
         figures,

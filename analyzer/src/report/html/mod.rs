@@ -333,7 +333,9 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
         }
     };
     let samples = timeline::samples(&timeline::query(&ctx, &env).await?)?;
-    let incidents = timeline::incidents(&samples, &env);
+    let mut incidents = timeline::incidents(&samples, &env);
+    timeline::add_threads(&ctx, &env, &mut incidents).await?;
+    timeline::add_stacks(&ctx, &env, &mut incidents).await?;
     let system = system_series(&query(system_sql(window, step)).await?)?;
     let processes = busiest_processes(
         &query(process_cpu_sql(&env, window, step)).await?,
@@ -967,6 +969,27 @@ fn incidents_section(h: &mut String, page: &Page, dir: &str) -> Result<()> {
                 c.pid,
                 100.0 * c.share
             )?;
+            // Its busiest thread and its most sampled stack's leaf: where to look next.
+            if let Some(t) = c.threads.first() {
+                write!(
+                    who,
+                    "<small>thread {} ({}): {:.2} s on CPU, {:.2} s waiting to run, {:.2} s in D</small><br>",
+                    escape(t.comm.as_deref().unwrap_or("?")),
+                    t.tid,
+                    t.on_cpu_s,
+                    t.runq_wait_s,
+                    t.offcpu_d_s
+                )?;
+            }
+            if let Some(stack) = c.stacks.first() {
+                let leaf = stack.frames.rsplit(';').next().unwrap_or_default();
+                write!(
+                    who,
+                    "<small>{:.0} % of its samples in <code>{}</code></small><br>",
+                    100.0 * stack.share,
+                    escape(leaf)
+                )?;
+            }
         }
         if who.is_empty() {
             who.push_str("no single process stood out");
