@@ -666,12 +666,11 @@ mod tests {
     fn a_stack_and_its_frames_are_written_once() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("7")).unwrap();
-        std::fs::write(
-            root.path().join("7/maps"),
+        fake_process(
+            root.path(),
+            7,
             "1000-3000 r-xp 00000000 08:01 7 /nonexistent/app\n",
-        )
-        .unwrap();
+        );
         let mut interner = StackInterner::new(root.path(), tx);
         let mut stacks = StackRows::new();
         let mut frames = FrameRows::new();
@@ -704,12 +703,11 @@ mod tests {
         let first = rx.try_recv().unwrap();
         assert!(first.kernel);
         // The same code at the same file offset in another process is the same frame.
-        std::fs::create_dir(root.path().join("8")).unwrap();
-        std::fs::write(
-            root.path().join("8/maps"),
+        fake_process(
+            root.path(),
+            8,
             "9000-b000 r-xp 00000000 08:01 7 /nonexistent/app\n",
-        )
-        .unwrap();
+        );
         let c = interner.intern(
             Running {
                 pid: 8,
@@ -745,6 +743,14 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// Process `pid` in a fake `/proc` at `proc_root`: its `maps`, and a
+    /// `root` with a `tmp` as its own view of the file system.
+    fn fake_process(proc_root: &std::path::Path, pid: u32, maps: &str) {
+        let dir = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(dir.join("root/tmp")).unwrap();
+        std::fs::write(dir.join("maps"), maps).unwrap();
     }
 
     /// A `/proc/<pid>/stat` line of a process running `program`.
@@ -786,13 +792,12 @@ mod tests {
         );
         // By the time the recorder reads pid 9, it runs the new program,
         // mapped where the old one had code too.
-        std::fs::create_dir(root.path().join("9")).unwrap();
-        std::fs::write(root.path().join("9/stat"), stat_line(9, new)).unwrap();
-        std::fs::write(
-            root.path().join("9/maps"),
+        fake_process(
+            root.path(),
+            9,
             "1000-6000 r-xp 00000000 08:01 7 /nonexistent/new\n",
-        )
-        .unwrap();
+        );
+        std::fs::write(root.path().join("9/stat"), stat_line(9, new)).unwrap();
         let mut interner = StackInterner::new(root.path(), tx);
         let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
         let mut module_of = |program, address| {
@@ -828,13 +833,12 @@ mod tests {
     fn the_first_jit_frame_of_a_process_carries_its_tmp() {
         let (tx, rx) = std::sync::mpsc::sync_channel(64);
         let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(root.path().join("11/root/tmp")).unwrap();
-        std::fs::write(
-            root.path().join("11/maps"),
+        fake_process(
+            root.path(),
+            11,
             "1000-2000 r-xp 00000000 08:01 7 /nonexistent/jvm\n\
              7000-9000 rwxp 00000000 00:00 0 \n",
-        )
-        .unwrap();
+        );
         let mut interner = StackInterner::new(root.path(), tx);
         let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
         let running = Running {
