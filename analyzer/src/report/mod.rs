@@ -3,10 +3,10 @@
 //! this one holds what they share: the interval and time-bound flags, the
 //! interval arithmetic in SQL, and running and printing.
 //!
-//! Every report is one read-only statement over the registered tables, so
-//! what `--show-sql` prints runs unchanged with `hindsight sql`; but the
-//! timeline, which runs one statement per kind of metric (printed, in
-//! order) and then looks up its contributors' threads.
+//! Every report but the timeline is one read-only statement over the
+//! registered tables, so what `--show-sql` prints runs unchanged with
+//! `hindsight sql`. The timeline runs one statement per kind of metric (all
+//! printed, in order), then looks up its contributors' threads and stacks.
 //!
 //! Intervals are `[a, a + interval)` with `a` a multiple of the interval
 //! since the Unix epoch (`date_bin(INTERVAL '10 seconds', ts)`).
@@ -793,8 +793,7 @@ pub async fn run(kind: Kind, dirs: &[PathBuf], options: &Options, threads: usize
             Kind::Timeline => {
                 let samples = timeline::samples(&batches)?;
                 let mut incidents = timeline::incidents(&samples, &env);
-                timeline::add_threads(&ctx, &env, &mut incidents).await?;
-                timeline::add_stacks(&ctx, &env, &mut incidents).await?;
+                timeline::add_details(&ctx, &env, &mut incidents).await?;
                 timeline::write(&incidents, options.format, &layout, &mut out)?;
             }
         }

@@ -357,6 +357,30 @@ fn text(column: &Option<ArrayRef>, row: usize) -> Option<String> {
         .map(|a| a.value(row).to_owned())
 }
 
+/// Looks up each contributor's busiest threads and most sampled stacks
+/// in its incident ([`add_threads`], [`add_stacks`]).
+pub async fn add_details(
+    ctx: &SessionContext,
+    env: &Env,
+    incidents: &mut [Incident],
+) -> Result<()> {
+    add_threads(ctx, env, incidents).await?;
+    add_stacks(ctx, env, incidents).await
+}
+
+/// The incidents' contributing processes, and the time from the first
+/// incident's start to the last one's end; None without a contributor.
+fn contributors_span(incidents: &[Incident]) -> Option<(Vec<i32>, i64, i64)> {
+    let pids: BTreeSet<i32> = incidents
+        .iter()
+        .flat_map(|i| i.contributors.iter().map(|c| c.pid))
+        .filter(|pid| *pid > 0)
+        .collect();
+    let first = incidents.iter().map(|i| i.start).min()?;
+    let end = incidents.iter().map(|i| i.end).max()?;
+    (!pids.is_empty()).then(|| (pids.into_iter().collect(), first, end))
+}
+
 /// Threads shown per contributor.
 const THREADS_PER_CONTRIBUTOR: usize = 3;
 
@@ -369,27 +393,15 @@ type ThreadTimes = BTreeMap<(Option<String>, i32, i32), BTreeMap<i64, ([i64; 3],
 /// which are recorded per process). Three statements, one per kind of
 /// time, over the contributors' processes from the first incident's start
 /// to the last one's end.
-pub async fn add_threads(
-    ctx: &SessionContext,
-    env: &Env,
-    incidents: &mut [Incident],
-) -> Result<()> {
-    let pids: Vec<i32> = incidents
-        .iter()
-        .flat_map(|i| i.contributors.iter().map(|c| c.pid))
-        .filter(|pid| *pid > 0)
-        .collect::<BTreeSet<i32>>()
-        .into_iter()
-        .collect();
-    if pids.is_empty() {
+async fn add_threads(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
+    let Some((pids, first, end)) = contributors_span(incidents) else {
         return Ok(());
-    }
-    let first = incidents.iter().map(|i| i.start).min();
-    let end = incidents.iter().map(|i| i.end).max();
+    };
     let mut times = ThreadTimes::new();
     let kinds = [ThreadTime::OnCpu, ThreadTime::Runq, ThreadTime::OffCpuD];
     for (k, kind) in kinds.into_iter().enumerate() {
-        let statement = env.thread_time_by_tid_sql(kind, env.interval, (first, end), &pids);
+        let statement =
+            env.thread_time_by_tid_sql(kind, env.interval, (Some(first), Some(end)), &pids);
         let batches = catalog::query_batches(ctx, &statement)
             .await
             .map_err(catalog::one_line)?;
@@ -467,19 +479,11 @@ const STACKS_PER_CONTRIBUTOR: usize = 2;
 /// (`cpu_sample`, where the recording has it): one statement counts the
 /// contributors' samples per interval and stack, a second names the
 /// stacks shown. Of one recording only: stack ids are per recording.
-pub async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
-    let pids: BTreeSet<i32> = incidents
-        .iter()
-        .flat_map(|i| i.contributors.iter().map(|c| c.pid))
-        .filter(|pid| *pid > 0)
-        .collect();
-    let (Some(first), Some(end)) = (
-        incidents.iter().map(|i| i.start).min(),
-        incidents.iter().map(|i| i.end).max(),
-    ) else {
+async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
+    let Some((pids, first, end)) = contributors_span(incidents) else {
         return Ok(());
     };
-    if pids.is_empty() || env.multi_host {
+    if env.multi_host {
         return Ok(());
     }
     let pids: Vec<String> = pids.iter().map(i32::to_string).collect();

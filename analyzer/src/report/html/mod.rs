@@ -334,8 +334,7 @@ pub async fn gather(request: &Request, partitions: usize) -> Result<Page> {
     };
     let samples = timeline::samples(&timeline::query(&ctx, &env).await?)?;
     let mut incidents = timeline::incidents(&samples, &env);
-    timeline::add_threads(&ctx, &env, &mut incidents).await?;
-    timeline::add_stacks(&ctx, &env, &mut incidents).await?;
+    timeline::add_details(&ctx, &env, &mut incidents).await?;
     let system = system_series(&query(system_sql(window, step)).await?)?;
     let processes = busiest_processes(
         &query(process_cpu_sql(&env, window, step)).await?,
