@@ -824,10 +824,22 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
     // the two methods, once compiled.
     let expected = truth["main_thread_cpu_ns"].as_f64().unwrap() / 1e9 * f64::from(FREQUENCY);
     let share = (alpha + beta) as f64 / expected;
+    // JIT code the map written at exit does not list: the tiers compiled
+    // before the last and flushed once it took over. Starved of CPU, the
+    // compiler threads take longer to reach the last tier: a CI run beside
+    // other tests had 256 of 924 samples there, named 641.
+    let flushed: i64 = on_cpu
+        .iter()
+        .filter(|(stack, _)| stack.ends_with(";StubRoutines (1);[unknown]"))
+        .map(|(_, w)| w)
+        .sum();
+    let accounted = (alpha + beta + flushed) as f64 / expected;
     eprintln!(
         "JVM (pid {host_pid}, 1 in its namespace): hbHotAlpha : hbHotBeta = {alpha} : {beta} = {ratio:.2}; \
-         {:.1} % of the main thread's CPU time at {FREQUENCY} Hz",
-        100.0 * share
+         {:.1} % of the main thread's CPU time at {FREQUENCY} Hz, {:.1} % with {flushed} samples \
+         in JIT code no longer mapped",
+        100.0 * share,
+        100.0 * accounted
     );
     // The JIT compiles the two at its own pace, tier by tier: the CPU they
     // take is 3:1 only roughly (3.79 once, beside other tests). Names
@@ -837,8 +849,9 @@ fn a_jvms_hot_methods_are_named_from_the_perf_map_it_writes_as_it_exits() {
         "samples in hbHotAlpha : hbHotBeta = {alpha} : {beta}, want 3 ± 30 %: {on_cpu:?}\nthe recorder said: {log}"
     );
     assert!(
-        (0.8..=1.15).contains(&share),
-        "{} samples name the two methods, {expected:.0} expected from the main thread's CPU time: {on_cpu:?}",
+        (0.5..=1.15).contains(&share) && (0.8..=1.15).contains(&accounted),
+        "{} samples name the two methods and {flushed} are in unmapped JIT code, {expected:.0} \
+         expected from the main thread's CPU time: {on_cpu:?}",
         alpha + beta
     );
 }
