@@ -6,6 +6,15 @@ use serde_json::{json, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
 
+/// The `stack` rows of stack `id`: `frames` leaf first.
+pub fn stack_rows(id: i64, frames: &[i64]) -> Vec<Value> {
+    frames
+        .iter()
+        .enumerate()
+        .map(|(depth, f)| json!({"stack_id": id, "depth": depth, "frame_id": f}))
+        .collect()
+}
+
 /// Frames: 1 main, 2 work, 3 an unnamed user frame, 4 a kernel frame.
 /// Stacks: 10 = work <- main; 20 = schedule (kernel) <- work <- main;
 /// 30 = the unnamed frame <- main. Stacks and frames are written twice
@@ -26,17 +35,10 @@ pub fn recording(fx: &Fixture) -> Rec {
     let mut again = frames.to_vec();
     again[1] = frame(2, "user", None, Some(0x20)); // written unnamed once
     rec.chunk(&FRAME, "b-000001.parquet", &again);
-    let stack = |id: i64, frames: &[i64]| -> Vec<Value> {
-        frames
-            .iter()
-            .enumerate()
-            .map(|(depth, f)| json!({"stack_id": id, "depth": depth, "frame_id": f}))
-            .collect()
-    };
     let stacks: Vec<Value> = [
-        stack(10, &[2, 1]),
-        stack(20, &[4, 2, 1]),
-        stack(30, &[3, 1]),
+        stack_rows(10, &[2, 1]),
+        stack_rows(20, &[4, 2, 1]),
+        stack_rows(30, &[3, 1]),
     ]
     .concat();
     rec.chunk(&STACK, "a-000001.parquet", &stacks);

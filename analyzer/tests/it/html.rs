@@ -11,6 +11,7 @@ use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, LOSS, SCHED_SWITCH, 
 use serde_json::{json, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
+use crate::flamegraph::stack_rows;
 use crate::timeline::burst_recording;
 
 /// [`burst_recording`] (a hog, pid 77, on CPU from 30 s to 35 s) plus what
@@ -34,12 +35,7 @@ fn recording(fx: &Fixture) -> Rec {
         json!({"frame_id": 2, "kind": "user", "address": 4200, "module": "/usr/bin/hog", "file_offset": 32, "function": "spin_forever"}),
     ];
     rec.chunk(&FRAME, "a-000001.parquet", &frames);
-    let stack: Vec<Value> = [2, 1]
-        .iter()
-        .enumerate()
-        .map(|(depth, f)| json!({"stack_id": 10, "depth": depth, "frame_id": f}))
-        .collect();
-    rec.chunk(&STACK, "a-000001.parquet", &stack);
+    rec.chunk(&STACK, "a-000001.parquet", &stack_rows(10, &[2, 1]));
     let samples: Vec<Value> = (0..20)
         .map(|i| json!({"ts": t(30_000 + i * 200), "cpu": 0, "tid": 77, "pid": 77, "comm": "hog", "stack_id": 10, "kernel": false}))
         .collect();

@@ -7,6 +7,7 @@ use hindsight_schemas::tables::{COUNTER, CPU_SAMPLE, FRAME, SCHED_SWITCH, SCHED_
 use serde_json::{json, Map, Value};
 
 use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
+use crate::flamegraph::stack_rows;
 use crate::report::atop_recording;
 
 const CHUNK: &str = "20231114T221320.000Z-000001.parquet";
@@ -181,17 +182,15 @@ fn a_contributors_most_sampled_stacks_are_named() {
         frame(3, "kernel", "clear_page"),
     ];
     rec.chunk(&FRAME, CHUNK, &frames);
-    let stack = |id: i64, frames: &[i64]| -> Vec<Value> {
-        frames
-            .iter()
-            .enumerate()
-            .map(|(depth, f)| json!({"stack_id": id, "depth": depth, "frame_id": f}))
-            .collect()
-    };
     rec.chunk(
         &STACK,
         CHUNK,
-        &[stack(10, &[2, 1]), stack(20, &[3, 2, 1]), stack(30, &[1])].concat(),
+        &[
+            stack_rows(10, &[2, 1]),
+            stack_rows(20, &[3, 2, 1]),
+            stack_rows(30, &[1]),
+        ]
+        .concat(),
     );
     // In the burst: 30 samples in spin, 10 in the kernel under it, 5 with
     // no stack; before it, 3 in main alone (not the incident's).
