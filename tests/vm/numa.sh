@@ -15,6 +15,10 @@ start_recorder "$repo" --interval 1s
 sleep "$quiet"
 cat /proc/vmstat >vmstat.before
 HS_LOAD_CPU=0 HS_LOAD_NAME=numa-stray "$repo/target/debug/hs-load" numa-stray "$mib" "$seconds" >stray.json
+load=$?
 cat /proc/vmstat >vmstat.after
 sleep "$quiet"
 stop_recorder
+# A workload that failed fails the guest (its panic is in guest.log), once
+# the recording is closed.
+[ "$load" = 0 ] || { echo "numa.sh: hs-load numa-stray exited $load" >&2; exit "$load"; }

@@ -40,7 +40,9 @@
 //!   again and again, for SECONDS, from wherever it runs (run it with
 //!   `HS_LOAD_CPU=0`, a CPU of node 0). Prints the node of every page
 //!   (`move_pages`) after placing and at the end: `on_node_before`,
-//!   `on_node_after` (pages per node).
+//!   `on_node_after` (pages per node), and `on_no_node_before`,
+//!   `on_no_node_after` (pages still in migration after a second of
+//!   asking again).
 //!
 //! With `HS_LOAD_CPU=N` in the environment it first pins itself to CPU N;
 //! with `HS_LOAD_NAME=NAME` it names itself NAME (its comm, 15 bytes at most).
@@ -100,32 +102,45 @@ fn touch(pages: usize, pause: Duration) -> serde_json::Value {
     serde_json::json!({ "pages": pages })
 }
 
-/// Pages of `pages` (addresses) per NUMA node, as `move_pages` finds them.
-fn pages_per_node(pages: &[*mut libc::c_void]) -> Vec<u64> {
+/// Pages of `pages` (addresses) per NUMA node, as `move_pages` finds them,
+/// and how many it found on none: a page the kernel is migrating at that
+/// moment has a migration entry, not a node (`-ENOENT`), so a pass that
+/// meets one waits a little and asks again before counting it as such.
+fn pages_per_node(pages: &[*mut libc::c_void]) -> (Vec<u64>, u64) {
     let mut status = vec![0i32; pages.len()];
-    // SAFETY: move_pages with no target nodes only reports the node of each
-    // page into `status`, which has one slot per page.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_move_pages,
-            0,
-            pages.len(),
-            pages.as_ptr(),
-            std::ptr::null::<i32>(),
-            status.as_mut_ptr(),
-            0,
-        )
-    };
-    assert_eq!(ret, 0, "move_pages: {}", std::io::Error::last_os_error());
+    for _attempt in 0..50 {
+        // SAFETY: move_pages with no target nodes only reports the node of
+        // each page into `status`, which has one slot per page.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_move_pages,
+                0,
+                pages.len(),
+                pages.as_ptr(),
+                std::ptr::null::<i32>(),
+                status.as_mut_ptr(),
+                0,
+            )
+        };
+        assert_eq!(ret, 0, "move_pages: {}", std::io::Error::last_os_error());
+        if status.iter().all(|&node| node >= 0) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
     let mut per_node = Vec::new();
+    let mut on_no_node = 0;
     for &node in &status {
-        let node = usize::try_from(node).expect("every page is present");
+        let Ok(node) = usize::try_from(node) else {
+            on_no_node += 1;
+            continue;
+        };
         if per_node.len() <= node {
             per_node.resize(node + 1, 0);
         }
         per_node[node] += 1;
     }
-    per_node
+    (per_node, on_no_node)
 }
 
 fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
@@ -166,7 +181,7 @@ fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
         }
     };
     write_all(1);
-    let before = pages_per_node(&pages);
+    let (before, on_no_node_before) = pages_per_node(&pages);
     policy(MPOL_DEFAULT, 0);
     let started = Instant::now();
     let mut passes = 0u64;
@@ -174,12 +189,14 @@ fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
         passes += 1;
         write_all(passes as u8);
     }
-    let after = pages_per_node(&pages);
+    let (after, on_no_node_after) = pages_per_node(&pages);
     serde_json::json!({
         "pages": pages.len(),
         "passes": passes,
         "on_node_before": before,
         "on_node_after": after,
+        "on_no_node_before": on_no_node_before,
+        "on_no_node_after": on_no_node_after,
     })
 }
 
