@@ -16,7 +16,7 @@ use std::io::Write;
 use anyhow::Result;
 
 use super::screen;
-use super::{select_list, task_deltas, ColumnDef, Env};
+use super::{process_comm, select_list, task_deltas, ColumnDef, Env};
 use crate::human::{self, Column, Layout, Table};
 
 /// The result's columns, after `host` with several recordings.
@@ -108,13 +108,13 @@ pub fn sql(env: &Env) -> String {
 {task_deltas},
 {lost},
 fault AS (  -- page faults, each standing for fault_sample faults of its session
-  SELECT {h}{bin} AS interval_start, pid, comm, address, kernel, error_code,
+  SELECT {h}{bin} AS interval_start, ts, tid, pid, comm, address, kernel, error_code,
     {weight} AS weight
   FROM page_fault
   WHERE {event_bounds}
 ),
 by_process AS (
-  SELECT {h}interval_start, pid, max(CAST(comm AS VARCHAR)) AS comm,
+  SELECT {h}interval_start, pid, {process_comm} AS comm,
     count(*) AS recorded,
     sum(weight) AS faults,
     sum(CASE WHEN kernel THEN weight ELSE 0 END) AS kernel_faults,
@@ -167,6 +167,7 @@ ORDER BY {order_host}r.interval_start, r.rank",
         task_deltas = task_deltas(env),
         lost = env.lost_cte(),
         bin = env.bin("ts"),
+        process_comm = process_comm("ts"),
         weight = env.fault_weight("ts"),
         event_bounds = env.event_bounds("ts"),
         region = REGION,

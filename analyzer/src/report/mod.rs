@@ -313,16 +313,8 @@ impl Env {
                 format!("pid IN ({})", pids.join(", "))
             }
         };
-        // The name the process has at the end of the interval (its main
-        // thread's, if it ran), as atop shows it: a process that renamed
-        // itself is shown under its new name, not the first alphabetically.
-        // As text: over the dictionary column it took 60 % more time and
-        // memory on a day's thread_second.
-        let comm = |start: &str| {
-            format!(
-                "last_value(CAST(comm AS VARCHAR) ORDER BY CASE WHEN tid = pid THEN 1 ELSE 0 END, {start}) AS comm"
-            )
-        };
+        // The name the process has at the end of the interval.
+        let comm = |start: &str| format!("{} AS comm", process_comm(start));
         let (view, view_end, view_filter, second_ns) = match kind {
             ThreadTime::OnCpu => ("cpu_time", "ts_end", "TRUE", "on_cpu_ns"),
             ThreadTime::Runq => ("runq_latency", "ts_run", "TRUE", "runq_ns"),
@@ -536,6 +528,19 @@ pub struct SessionFacts {
     pub fault_sample: u32,
     /// UTC minus the boot clock, ns, as first measured in the session.
     pub boot_offset: Option<i64>,
+}
+
+/// The name of a process, as an aggregate over rows of its threads
+/// (`tid`, `pid`, `comm`) ordered in time by `ts`: its main thread's latest
+/// name if the main thread has a row, else the latest of any of its
+/// threads, as atop shows it. Not `max(comm)`, which names a multi-threaded
+/// process after its alphabetically last thread and a renamed one after
+/// whichever name sorts last. As text: over the dictionary column it took
+/// 60 % more time and memory on a day's thread_second.
+pub fn process_comm(ts: &str) -> String {
+    format!(
+        "last_value(CAST(comm AS VARCHAR) ORDER BY CASE WHEN tid = pid THEN 1 ELSE 0 END, {ts})"
+    )
 }
 
 /// A SQL expression of UTC ns as a timestamp like the tables' `ts`.

@@ -16,7 +16,7 @@ use std::io::Write;
 use anyhow::Result;
 
 use super::screen::{self, Row};
-use super::{counter_deltas, select_list, ColumnDef, Env};
+use super::{counter_deltas, process_comm, select_list, ColumnDef, Env};
 use crate::human::{self, Layout, Table};
 
 /// The result's columns, after `host` with several recordings.
@@ -61,7 +61,7 @@ pub fn sql(env: &Env) -> String {
     let mut migrate = common("migrate");
     migrate.extend([
         ("pid", "pid".to_string()),
-        ("comm", "max(comm)".into()),
+        ("comm", process_comm("ts")),
         ("event", "event".into()),
         ("reason", "reason".into()),
         ("events", "count(*)".into()),
@@ -71,7 +71,7 @@ pub fn sql(env: &Env) -> String {
     let mut task = common("task");
     task.extend([
         ("pid", "pid".to_string()),
-        ("comm", "max(comm)".into()),
+        ("comm", process_comm("ts")),
         ("event", "event".into()),
         ("src_nid", "src_nid".into()),
         ("dst_nid", "dst_nid".into()),
@@ -101,7 +101,7 @@ pub fn sql(env: &Env) -> String {
 {counter_deltas},
 {lost},
 event AS (
-  SELECT {h}{bin} AS interval_start, CAST(kind AS VARCHAR) AS event, pid,
+  SELECT {h}{bin} AS interval_start, ts, CAST(kind AS VARCHAR) AS event, tid, pid,
     CAST(comm AS VARCHAR) AS comm, src_nid, dst_nid, CAST(reason AS VARCHAR) AS reason,
     pages_succeeded, pages_failed
   FROM numa_event

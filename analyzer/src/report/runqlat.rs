@@ -13,7 +13,7 @@ use anyhow::Result;
 use arrow::array::RecordBatch;
 use serde_json::{Map, Value};
 
-use super::{screen, Env};
+use super::{process_comm, screen, Env};
 use crate::human::Layout;
 use crate::output;
 
@@ -33,21 +33,28 @@ pub fn sql(env: &Env) -> String {
     };
     format!(
         "WITH waits AS (  -- every wait that ended in a run, with its log2 slot in microseconds
-  SELECT {h}{bin} AS interval_start, pid, comm, latency_ns,
+  SELECT {h}{bin} AS interval_start, ts, tid, pid, comm, latency_ns,
     CASE WHEN latency_ns < 2000 THEN 0
          ELSE CAST(floor(log2(CAST(latency_ns / 1000 AS DOUBLE))) AS BIGINT) END AS slot
   FROM {runq}
   WHERE {bounds}{pid_filter}
 ),
 per_slot AS (  -- per interval, process and slot: small, whatever the number of waits
-  SELECT {h}interval_start, pid, max(comm) AS comm, slot, count(*) AS count, sum(latency_ns) AS total_ns
+  SELECT {h}interval_start, pid, {slot_comm} AS comm,
+    max(CASE WHEN tid = pid THEN ts END) AS main_ts, max(ts) AS last_ts,
+    slot, count(*) AS count, sum(latency_ns) AS total_ns
   FROM waits
   GROUP BY {h}interval_start, pid, slot
 ),
-ranked AS (  -- processes per interval, the longest total wait first
-  SELECT {h}interval_start, pid,
+ranked AS (  -- processes per interval, the longest total wait first, under one name
+  -- (of the slots' names, the one process_comm would pick of all the waits)
+  SELECT {h}interval_start, pid, comm,
     row_number() OVER (PARTITION BY {h}interval_start ORDER BY total_ns DESC, pid) AS rank
-  FROM (SELECT {h}interval_start, pid, sum(total_ns) AS total_ns FROM per_slot GROUP BY {h}interval_start, pid) per_process
+  FROM (
+    SELECT {h}interval_start, pid, sum(total_ns) AS total_ns,
+      last_value(comm ORDER BY CASE WHEN main_ts IS NULL THEN 0 ELSE 1 END, coalesce(main_ts, last_ts)) AS comm
+    FROM per_slot GROUP BY {h}interval_start, pid
+  ) per_process
 ),
 {lost},
 hist AS (
@@ -56,7 +63,7 @@ hist AS (
   FROM per_slot
   GROUP BY {h}interval_start, slot
   UNION ALL
-  SELECT {ph}'process' AS kind, p.interval_start, p.pid, p.comm, p.slot, p.count, p.total_ns
+  SELECT {ph}'process' AS kind, p.interval_start, p.pid, r.comm, p.slot, p.count, p.total_ns
   FROM ranked r JOIN per_slot p
     ON {host_rp}r.interval_start = p.interval_start AND r.pid = p.pid AND r.rank <= {top}
 )
@@ -67,6 +74,7 @@ SELECT {hh}hist.kind, hist.interval_start, hist.pid, hist.comm,
 FROM hist LEFT JOIN lost l ON {join}
 ORDER BY {hh}hist.interval_start, hist.kind, hist.pid, hist.slot",
         bin = env.bin("ts"),
+        slot_comm = process_comm("ts"),
         runq = env.paired("runq_latency"),
         bounds = env.event_bounds("ts"),
         lost = env.lost_cte(),

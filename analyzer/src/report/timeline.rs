@@ -21,7 +21,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, ThreadShare};
-use super::{task_deltas, timestamp, Env, ThreadTime};
+use super::{process_comm, task_deltas, timestamp, Env, ThreadTime};
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
 use crate::{catalog, flamegraph};
@@ -206,13 +206,14 @@ process_faults AS (  -- minor and major faults per process (task_stat snapshots)
 ),
 process_migrated AS (  -- pages migrated by each process (numa_event): NUMA balancing moves a
   -- process's pages in its own hinting faults, so the storm is named after whose memory moved
-  SELECT {h}{bin} AS interval_start, pid, max(CAST(comm AS VARCHAR)) AS comm,
+  SELECT {h}{bin} AS interval_start, pid, {process_comm} AS comm,
     sum(pages_succeeded) / {iv_s:?} AS value
   FROM numa_event WHERE CAST(kind AS VARCHAR) = 'migrate_pages' AND {events}
   GROUP BY {h}interval_start, pid
 ),
 {lost}",
         bin = env.bin("ts"),
+        process_comm = process_comm("ts"),
         on_cpu = env.thread_time_sql(ThreadTime::OnCpu, env.interval, window),
         runq = env.thread_time_sql(ThreadTime::Runq, env.interval, window),
         offcpu_d = env.thread_time_sql(ThreadTime::OffCpuD, env.interval, window),

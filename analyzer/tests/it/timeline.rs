@@ -392,6 +392,58 @@ fn runqlat_buckets_are_bccs_log2_microseconds() {
     );
 }
 
+/// A multi-threaded process is named as atop names it, on every row of its
+/// histogram: after its main thread, or else its thread that waited last;
+/// never after whichever thread's name sorts last.
+#[test]
+fn runqlat_names_a_process_after_its_main_thread_or_its_latest() {
+    let fx = Fixture::new();
+    let rec = fx.recording("rec", "h");
+    let (mut wakeups, mut switches) = (Vec::new(), Vec::new());
+    // (tid, pid, comm, when, wait): process 20 is "app" with a worker that
+    // alone waited long; process 30 has no main thread among its waits,
+    // and its worker "a-worker" waited last.
+    let waits = [
+        (20, 20, "app", 0, 1_000),
+        (21, 20, "zz-worker", 10, 100_000),
+        (31, 30, "b-worker", 20, 1_000),
+        (32, 30, "a-worker", 30, 100_000),
+    ];
+    for (tid, pid, comm, ms, wait_ns) in waits {
+        let at = t(ms);
+        wakeups.push(
+            json!({"ts": at, "cpu": 1, "tid": tid, "pid": pid, "comm": comm, "target_cpu": 0,
+            "waker_tid": 1, "waker_pid": 1, "new_task": false, "prio": 120}),
+        );
+        switches.push(json!({"ts": at + wait_ns, "cpu": 0, "prev_tid": 0, "prev_pid": 0, "prev_comm": "swapper/0",
+            "prev_state": "R", "prev_prio": 120, "next_tid": tid, "next_pid": pid, "next_comm": comm, "next_prio": 120}));
+        switches.push(json!({"ts": at + wait_ns + 1000, "cpu": 0, "prev_tid": tid, "prev_pid": pid, "prev_comm": comm,
+            "prev_state": "S", "prev_prio": 120, "next_tid": 0, "next_pid": 0, "next_comm": "swapper/0", "next_prio": 120}));
+    }
+    rec.chunk(&SCHED_WAKEUP, CHUNK, &wakeups);
+    rec.chunk(&SCHED_SWITCH, CHUNK, &switches);
+    let out = hindsight(["report", "runqlat", rec.dir.to_str().unwrap(), "-f", "csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<(String, String)> = stdout(&out)
+        .lines()
+        .filter(|l| l.starts_with("process,"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            (fields[2].to_owned(), fields[3].to_owned())
+        })
+        .collect();
+    let expected = |pid: &str, comm: &str| (pid.to_owned(), comm.to_owned());
+    assert_eq!(
+        names,
+        [
+            expected("20", "app"),
+            expected("20", "app"),
+            expected("30", "a-worker"),
+            expected("30", "a-worker"),
+        ]
+    );
+}
+
 #[test]
 fn runqlat_reads_runq_wait_once_indexed_with_the_same_answer() {
     let fx = Fixture::new();
