@@ -26,6 +26,8 @@ mod html_report;
 mod leave_running;
 /// A context-switch storm: dropped and counted in `loss`, memory within its stated bound.
 mod overload;
+/// The Debian package on a fresh Debian root: installs, enables, records, removes.
+mod package;
 /// Context switches and process lifecycle rows equal the kernel's own counts.
 mod sched_ground_truth;
 /// `hindsight slice` of a real recording keeps exactly the window's rows.
