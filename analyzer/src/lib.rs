@@ -48,6 +48,7 @@ pub mod catalog;
 pub mod chunk_file;
 pub mod chunk_format;
 pub mod cli;
+pub mod columns;
 pub mod debug_names;
 pub mod export;
 pub mod flamegraph;

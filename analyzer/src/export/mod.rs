@@ -21,7 +21,6 @@ use clap::{Args, Subcommand};
 use crate::flamegraph;
 use crate::when::{self, When};
 
-mod columns;
 pub mod perfetto;
 pub mod pprof;
 pub mod proto;

@@ -40,7 +40,6 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use prost::Message;
 
-use super::columns::{bools, i64s, opt_i64, opt_str, opt_u64, strings, u64s};
 use super::proto::perfetto::{
     clock_snapshot, debug_annotation, ftrace_event, trace_packet, track_descriptor, track_event,
     ClockSnapshot, CounterDescriptor, DebugAnnotation, FtraceEvent, FtraceEventBundle,
@@ -49,6 +48,7 @@ use super::proto::perfetto::{
     TracePacket, TrackDescriptor, TrackEvent, Utsname,
 };
 use crate::catalog;
+use crate::columns::{bools, i64s, opt_i64, opt_str, opt_u64, strings, u64s};
 use crate::flamegraph;
 use crate::when::{self, When};
 

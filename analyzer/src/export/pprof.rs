@@ -24,8 +24,8 @@ use arrow::array::RecordBatch;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use super::columns::{i64s, opt_i64, opt_str, opt_u64, strings, u64s};
 use super::proto::pprof::{Function, Line, Location, Mapping, Profile, Sample, ValueType};
+use crate::columns::{i64s, opt_i64, opt_str, opt_u64, strings, u64s};
 use crate::flamegraph::{self, Mode, Options};
 use crate::recording::Recording;
 

@@ -13,15 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use anyhow::Result;
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
+use arrow::array::{Array, RecordBatch};
 use datafusion::prelude::SessionContext;
 use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, ThreadShare};
 use super::{process_comm, task_deltas, timestamp, Env, ThreadTime};
+use crate::columns::{f64s, i32s, i64s, opt_string, optional_i32s, optional_strings, strings};
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
 use crate::{catalog, flamegraph};
@@ -299,36 +298,27 @@ pub async fn query(ctx: &SessionContext, env: &Env) -> Result<Vec<RecordBatch>> 
 pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
     for batch in batches {
-        let column = |name: &str, kind: DataType| column_as(batch, name, kind);
-        let (Some(start), Some(metric), Some(value)) = (
-            column("interval_start", DataType::Int64)?,
-            column("metric", DataType::Utf8)?,
-            column("value", DataType::Float64)?,
-        ) else {
-            anyhow::bail!("the timeline's rows lack interval_start, metric or value");
-        };
-        let host = column("host", DataType::Utf8)?;
-        let pid = column("pid", DataType::Int32)?;
-        let comm = column("comm", DataType::Utf8)?;
         let (start, metric, value) = (
-            start.as_primitive::<Int64Type>(),
-            metric.as_string::<i32>(),
-            value.as_primitive::<Float64Type>(),
+            i64s(batch, "interval_start")?,
+            strings(batch, "metric")?,
+            f64s(batch, "value")?,
         );
+        let host = optional_strings(batch, "host")?;
+        let pid = optional_i32s(batch, "pid")?;
+        let comm = optional_strings(batch, "comm")?;
         for row in 0..batch.num_rows() {
             if !(value.is_valid(row) && start.is_valid(row)) {
                 continue;
             }
             out.push(Sample {
-                host: text(&host, row),
+                host: opt_string(&host, row),
                 interval: start.value(row),
                 metric: metric.value(row).to_owned(),
                 pid: pid
                     .as_ref()
-                    .map(|a| a.as_primitive::<Int32Type>())
                     .filter(|a| a.is_valid(row))
                     .map(|a| a.value(row)),
-                comm: text(&comm, row),
+                comm: opt_string(&comm, row),
                 value: value.value(row),
             });
         }
@@ -339,23 +329,6 @@ pub fn samples(batches: &[RecordBatch]) -> Result<Vec<Sample>> {
         (&a.host, a.interval, &a.metric, a.pid).cmp(&(&b.host, b.interval, &b.metric, b.pid))
     });
     Ok(out)
-}
-
-/// Column `name` of `batch` as `kind`, if the batch has it.
-fn column_as(batch: &RecordBatch, name: &str, kind: DataType) -> Result<Option<ArrayRef>> {
-    batch
-        .column_by_name(name)
-        .map(|c| cast(c, &kind).map_err(anyhow::Error::from))
-        .transpose()
-}
-
-/// Row `row` of a text column read by [`column_as`], if it has one.
-fn text(column: &Option<ArrayRef>, row: usize) -> Option<String> {
-    column
-        .as_ref()
-        .map(|a| a.as_string::<i32>())
-        .filter(|a| a.is_valid(row))
-        .map(|a| a.value(row).to_owned())
 }
 
 /// Looks up each contributor's busiest threads and most sampled stacks
@@ -407,33 +380,24 @@ async fn add_threads(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]
             .await
             .map_err(catalog::one_line)?;
         for batch in &batches {
-            let column = |name: &str, kind: DataType| column_as(batch, name, kind);
-            let (Some(start), Some(pid), Some(tid), Some(ns)) = (
-                column("interval_start", DataType::Int64)?,
-                column("pid", DataType::Int32)?,
-                column("tid", DataType::Int32)?,
-                column("ns", DataType::Int64)?,
-            ) else {
-                anyhow::bail!("the thread times lack interval_start, pid, tid or ns");
-            };
-            let (host, comm) = (
-                column("host", DataType::Utf8)?,
-                column("comm", DataType::Utf8)?,
-            );
             let (start, pid, tid, ns) = (
-                start.as_primitive::<Int64Type>(),
-                pid.as_primitive::<Int32Type>(),
-                tid.as_primitive::<Int32Type>(),
-                ns.as_primitive::<Int64Type>(),
+                i64s(batch, "interval_start")?,
+                i32s(batch, "pid")?,
+                i32s(batch, "tid")?,
+                i64s(batch, "ns")?,
+            );
+            let (host, comm) = (
+                optional_strings(batch, "host")?,
+                optional_strings(batch, "comm")?,
             );
             for row in 0..batch.num_rows() {
                 let entry = times
-                    .entry((text(&host, row), pid.value(row), tid.value(row)))
+                    .entry((opt_string(&host, row), pid.value(row), tid.value(row)))
                     .or_default()
                     .entry(start.value(row))
                     .or_default();
                 entry.0[k] += ns.value(row);
-                entry.1 = entry.1.take().or_else(|| text(&comm, row));
+                entry.1 = entry.1.take().or_else(|| opt_string(&comm, row));
             }
         }
     }
@@ -503,20 +467,11 @@ async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident])
         .await
         .map_err(catalog::one_line)?
     {
-        let column = |name: &str, kind: DataType| column_as(batch, name, kind);
-        let (Some(start), Some(pid), Some(stack), Some(samples)) = (
-            column("interval_start", DataType::Int64)?,
-            column("pid", DataType::Int32)?,
-            column("stack_id", DataType::Int64)?,
-            column("samples", DataType::Int64)?,
-        ) else {
-            anyhow::bail!("the stack counts lack interval_start, pid, stack_id or samples");
-        };
         let (start, pid, stack, samples) = (
-            start.as_primitive::<Int64Type>(),
-            pid.as_primitive::<Int32Type>(),
-            stack.as_primitive::<Int64Type>(),
-            samples.as_primitive::<Int64Type>(),
+            i64s(batch, "interval_start")?,
+            i32s(batch, "pid")?,
+            i64s(batch, "stack_id")?,
+            i64s(batch, "samples")?,
         );
         for row in 0..batch.num_rows() {
             *counts
@@ -577,15 +532,9 @@ SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames FROM named 
         .await
         .map_err(catalog::one_line)?
     {
-        let (Some(stack), names) = (
-            column_as(batch, "stack_id", DataType::Int64)?,
-            column_as(batch, "frames", DataType::Utf8)?,
-        ) else {
-            anyhow::bail!("the named stacks lack stack_id");
-        };
-        let stack = stack.as_primitive::<Int64Type>();
+        let (stack, names) = (i64s(batch, "stack_id")?, optional_strings(batch, "frames")?);
         for row in 0..batch.num_rows() {
-            if let Some(name) = text(&names, row) {
+            if let Some(name) = opt_string(&names, row) {
                 frames.insert(stack.value(row), name);
             }
         }

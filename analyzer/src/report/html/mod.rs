@@ -22,15 +22,14 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
+use arrow::array::{Array, RecordBatch};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use hindsight_schemas::time::rfc3339;
 
 use super::baseline::{Departure, Incident};
 use super::{timeline, Env, Interval, ThreadTime};
+use crate::columns::{f64s, i32s, i64s, strings};
 use crate::flamegraph;
 use crate::info::{self, Summary};
 use crate::output::Format;
@@ -216,22 +215,14 @@ pub fn process_cpu_sql(env: &Env, (start, end): (i64, i64), step: Interval) -> S
     )
 }
 
-/// Column `i` of `batch` as one type, whatever type the engine chose.
-fn column(batch: &RecordBatch, i: usize, to: &DataType) -> Result<arrow::array::ArrayRef> {
-    Ok(cast(batch.column(i), to)?)
-}
-
 /// [`system_sql`]'s rows as series.
 fn system_series(batches: &[RecordBatch]) -> Result<BTreeMap<String, Vec<(i64, f64)>>> {
     let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
     for batch in batches {
-        let t = column(batch, 0, &DataType::Int64)?;
-        let name = column(batch, 1, &DataType::Utf8)?;
-        let value = column(batch, 2, &DataType::Float64)?;
         let (t, name, value) = (
-            t.as_primitive::<Int64Type>(),
-            name.as_string::<i32>(),
-            value.as_primitive::<Float64Type>(),
+            i64s(batch, "t")?,
+            strings(batch, "series")?,
+            f64s(batch, "value")?,
         );
         for row in 0..batch.num_rows() {
             if t.is_null(row) || name.is_null(row) || value.is_null(row) {
@@ -255,15 +246,11 @@ fn busiest_processes(
 ) -> Result<Vec<ProcessCpu>> {
     let mut by_pid: BTreeMap<i32, (String, BTreeMap<i64, i64>)> = BTreeMap::new();
     for batch in batches {
-        let t = column(batch, 0, &DataType::Int64)?;
-        let pid = column(batch, 1, &DataType::Int32)?;
-        let comm = column(batch, 2, &DataType::Utf8)?;
-        let ns = column(batch, 3, &DataType::Int64)?;
         let (t, pid, comm, ns) = (
-            t.as_primitive::<Int64Type>(),
-            pid.as_primitive::<Int32Type>(),
-            comm.as_string::<i32>(),
-            ns.as_primitive::<Int64Type>(),
+            i64s(batch, "t")?,
+            i32s(batch, "pid")?,
+            strings(batch, "comm")?,
+            i64s(batch, "ns")?,
         );
         for row in 0..batch.num_rows() {
             if t.is_null(row) || pid.is_null(row) || ns.is_null(row) {

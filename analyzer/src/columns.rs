@@ -1,0 +1,100 @@
+//! Reading query results by column name, whatever types the engine chose
+//! (dictionaries, string views, timestamps): each column is cast once to
+//! the plain type the reader wants. For the exports, the HTML page and the
+//! timeline, which read rows into Rust without a detour through JSON.
+
+use anyhow::Context;
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch,
+    StringArray, UInt64Array,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, UInt64Type};
+
+/// Column `name` of `batch` as `to`, if the batch has it.
+fn optional(batch: &RecordBatch, name: &str, to: &DataType) -> anyhow::Result<Option<ArrayRef>> {
+    batch
+        .column_by_name(name)
+        .map(|array| cast(array, to).with_context(|| format!("reading column {name} as {to}")))
+        .transpose()
+}
+
+fn column(batch: &RecordBatch, name: &str, to: &DataType) -> anyhow::Result<ArrayRef> {
+    optional(batch, name, to)?.with_context(|| format!("the query returned no column {name}"))
+}
+
+/// `name` as 64-bit integers; timestamps become UTC nanoseconds.
+pub fn i64s(batch: &RecordBatch, name: &str) -> anyhow::Result<Int64Array> {
+    Ok(column(batch, name, &DataType::Int64)?
+        .as_primitive::<Int64Type>()
+        .clone())
+}
+
+/// `name` as 32-bit integers (pids, tids).
+pub fn i32s(batch: &RecordBatch, name: &str) -> anyhow::Result<Int32Array> {
+    Ok(column(batch, name, &DataType::Int32)?
+        .as_primitive::<Int32Type>()
+        .clone())
+}
+
+/// `name` as 64-bit floats.
+pub fn f64s(batch: &RecordBatch, name: &str) -> anyhow::Result<Float64Array> {
+    Ok(column(batch, name, &DataType::Float64)?
+        .as_primitive::<Float64Type>()
+        .clone())
+}
+
+/// `name` as unsigned 64-bit integers (addresses, which may not fit an i64).
+pub fn u64s(batch: &RecordBatch, name: &str) -> anyhow::Result<UInt64Array> {
+    Ok(column(batch, name, &DataType::UInt64)?
+        .as_primitive::<UInt64Type>()
+        .clone())
+}
+
+/// `name` as strings.
+pub fn strings(batch: &RecordBatch, name: &str) -> anyhow::Result<StringArray> {
+    Ok(column(batch, name, &DataType::Utf8)?
+        .as_string::<i32>()
+        .clone())
+}
+
+/// `name` as strings, if the batch has it (`host` of several recordings).
+pub fn optional_strings(batch: &RecordBatch, name: &str) -> anyhow::Result<Option<StringArray>> {
+    Ok(optional(batch, name, &DataType::Utf8)?.map(|a| a.as_string::<i32>().clone()))
+}
+
+/// `name` as 32-bit integers, if the batch has it.
+pub fn optional_i32s(batch: &RecordBatch, name: &str) -> anyhow::Result<Option<Int32Array>> {
+    Ok(optional(batch, name, &DataType::Int32)?.map(|a| a.as_primitive::<Int32Type>().clone()))
+}
+
+/// `name` as booleans.
+pub fn bools(batch: &RecordBatch, name: &str) -> anyhow::Result<BooleanArray> {
+    Ok(column(batch, name, &DataType::Boolean)?
+        .as_boolean()
+        .clone())
+}
+
+/// The value at `row`, or None where it is null.
+pub fn opt_i64(array: &Int64Array, row: usize) -> Option<i64> {
+    array.is_valid(row).then(|| array.value(row))
+}
+
+/// The value at `row`, or None where it is null.
+pub fn opt_u64(array: &UInt64Array, row: usize) -> Option<u64> {
+    array.is_valid(row).then(|| array.value(row))
+}
+
+/// The value at `row`, or None where it is null.
+pub fn opt_str(array: &StringArray, row: usize) -> Option<&str> {
+    array.is_valid(row).then(|| array.value(row))
+}
+
+/// The value at `row` of an optional column, or None where it is null or
+/// the column is missing.
+pub fn opt_string(array: &Option<StringArray>, row: usize) -> Option<String> {
+    array
+        .as_ref()
+        .and_then(|a| opt_str(a, row))
+        .map(str::to_owned)
+}
