@@ -83,17 +83,13 @@ static __always_inline __u32 hs_copy_user_stack(struct hs_user_regs *regs, __u8 
 /*
  * Sends the first `size` bytes of `rec` (a per-CPU scratch record) to
  * `ring`, or counts one loss for `kind_` in `lost_map`; wakes the recorder
- * when `wake_now`, else only when the ring is a quarter full, like
- * HS_SUBMIT.
+ * when `wake_now`, else as HS_SUBMIT does (HS_WAKE_FLAG).
  */
 #define HS_OUTPUT(ring, lost_map, rec, size, kind_, wake_now)                  \
 	do {                                                                   \
-		__u64 __avail = bpf_ringbuf_query(&(ring), BPF_RB_AVAIL_DATA);  \
-		__u64 __rsize = bpf_ringbuf_query(&(ring), BPF_RB_RING_SIZE);   \
-		__u64 __flags = (wake_now) || __avail >= __rsize / 4           \
-					? BPF_RB_FORCE_WAKEUP                  \
-					: BPF_RB_NO_WAKEUP;                    \
-		if (bpf_ringbuf_output(&(ring), (rec), (size), __flags))       \
+		if (bpf_ringbuf_output(&(ring), (rec), (size),                 \
+				       HS_WAKE_FLAG(ring, ((struct hs_header *)(rec))->ts, \
+						    wake_now)))                \
 			HS_COUNT_LOSS(lost_map, kind_);                        \
 	} while (0)
 
