@@ -74,8 +74,8 @@
  * readings all are, falls back to reading it for every record. So a ring
  * past a quarter full wakes the recorder a few records later, and the two
  * bpf_ringbuf_query calls are saved on the others, at the cost of one
- * test. (Counting records per CPU in a map instead made sched_switch 8 %
- * dearer than querying on every record: bench/bpf_cost.sh.)
+ * test. (Counting records per CPU in a map instead was no cheaper than
+ * querying on every record: bench/bpf_cost.sh, BENCHMARKS.md.)
  */
 #define HS_WAKE_EVERY 64
 #define HS_WAKE_FLAG(ring, ts, wake_now)                                       \
