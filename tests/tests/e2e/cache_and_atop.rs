@@ -182,8 +182,11 @@ fn atop_report_shows_a_burner_at_one_core_and_a_sleeper_near_zero() {
         (average - own).abs() <= 3.0,
         "report {average:.1} % vs getrusage {own:.1} % ({burning:?})"
     );
+    // The burner did burn (no hollow agreement of two zeros): most of a
+    // core by its own count. Not "a full core": on this shared machine it
+    // once got 91.9 % (fresh-clone run #71), and the report said 91.8 %.
     assert!(
-        (95.0..=105.0).contains(&average),
+        own >= 80.0 && average <= 105.0,
         "burner CPU {average:.1} % ({burning:?}; getrusage {own:.1} %)"
     );
     assert!(
