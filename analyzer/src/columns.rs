@@ -5,11 +5,13 @@
 
 use anyhow::Context;
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch,
-    StringArray, UInt64Array,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int32Array, Int64Array, PrimitiveArray,
+    RecordBatch, StringArray, UInt64Array,
 };
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, UInt64Type};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Float64Type, Int32Type, Int64Type, UInt64Type,
+};
 
 /// Column `name` of `batch` as `to`, if the batch has it.
 fn optional(batch: &RecordBatch, name: &str, to: &DataType) -> anyhow::Result<Option<ArrayRef>> {
@@ -23,32 +25,34 @@ fn column(batch: &RecordBatch, name: &str, to: &DataType) -> anyhow::Result<Arra
     optional(batch, name, to)?.with_context(|| format!("the query returned no column {name}"))
 }
 
+/// `name` as the primitive type `T`, whatever type the engine chose for it.
+fn primitives<T: ArrowPrimitiveType>(
+    batch: &RecordBatch,
+    name: &str,
+) -> anyhow::Result<PrimitiveArray<T>> {
+    Ok(column(batch, name, &T::DATA_TYPE)?
+        .as_primitive::<T>()
+        .clone())
+}
+
 /// `name` as 64-bit integers; timestamps become UTC nanoseconds.
 pub fn i64s(batch: &RecordBatch, name: &str) -> anyhow::Result<Int64Array> {
-    Ok(column(batch, name, &DataType::Int64)?
-        .as_primitive::<Int64Type>()
-        .clone())
+    primitives::<Int64Type>(batch, name)
 }
 
 /// `name` as 32-bit integers (pids, tids).
 pub fn i32s(batch: &RecordBatch, name: &str) -> anyhow::Result<Int32Array> {
-    Ok(column(batch, name, &DataType::Int32)?
-        .as_primitive::<Int32Type>()
-        .clone())
+    primitives::<Int32Type>(batch, name)
 }
 
 /// `name` as 64-bit floats.
 pub fn f64s(batch: &RecordBatch, name: &str) -> anyhow::Result<Float64Array> {
-    Ok(column(batch, name, &DataType::Float64)?
-        .as_primitive::<Float64Type>()
-        .clone())
+    primitives::<Float64Type>(batch, name)
 }
 
 /// `name` as unsigned 64-bit integers (addresses, which may not fit an i64).
 pub fn u64s(batch: &RecordBatch, name: &str) -> anyhow::Result<UInt64Array> {
-    Ok(column(batch, name, &DataType::UInt64)?
-        .as_primitive::<UInt64Type>()
-        .clone())
+    primitives::<UInt64Type>(batch, name)
 }
 
 /// `name` as strings.
@@ -65,7 +69,10 @@ pub fn optional_strings(batch: &RecordBatch, name: &str) -> anyhow::Result<Optio
 
 /// `name` as 32-bit integers, if the batch has it.
 pub fn optional_i32s(batch: &RecordBatch, name: &str) -> anyhow::Result<Option<Int32Array>> {
-    Ok(optional(batch, name, &DataType::Int32)?.map(|a| a.as_primitive::<Int32Type>().clone()))
+    if batch.column_by_name(name).is_none() {
+        return Ok(None);
+    }
+    primitives::<Int32Type>(batch, name).map(Some)
 }
 
 /// `name` as booleans.

@@ -74,11 +74,6 @@ pub(crate) fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// A UTC nanosecond time as a SQL timestamp literal.
-pub(crate) fn timestamp(ns: i64) -> String {
-    crate::report::ns_as_timestamp(&ns.to_string())
-}
-
 /// The WHERE conditions of the filters, on the columns `cpu_sample` and
 /// the `off_cpu` intervals share (`pid`, `tid`, `comm`, `ts`).
 fn conditions(o: &Options) -> Vec<String> {
@@ -93,10 +88,10 @@ fn conditions(o: &Options) -> Vec<String> {
         c.push(format!("comm = {}", quote(comm)));
     }
     if let Some(from) = o.from {
-        c.push(format!("ts >= {}", timestamp(from)));
+        c.push(format!("ts >= {}", crate::report::timestamp(from)));
     }
     if let Some(to) = o.to {
-        c.push(format!("ts < {}", timestamp(to)));
+        c.push(format!("ts < {}", crate::report::timestamp(to)));
     }
     c
 }
@@ -119,10 +114,7 @@ pub fn weights_cte(o: &Options) -> String {
             where_clause(&conditions(o))
         ),
         Mode::OffCpu => {
-            let intervals = match hindsight_schemas::derived::table_for_view("off_cpu") {
-                Some(table) if o.indexed => table,
-                _ => "off_cpu",
-            };
+            let intervals = report::paired("off_cpu", o.indexed);
             format!(
                 "weights AS (\n  SELECT CAST(comm AS VARCHAR) AS comm, stack_id, sum(dur_ns) AS weight\n  FROM {intervals}{}\n  GROUP BY 1, 2\n)",
                 where_clause(&conditions(o))
@@ -374,7 +366,8 @@ mod tests {
         assert!(s.contains("FROM off_cpu\n  WHERE pid = 7"), "{s}");
         assert!(s.contains("comm = 'it''s'"), "{s}");
         // An interval counts where it began: its end may come after --to.
-        assert_eq!(s.matches("ts < arrow_cast(9").count(), 1, "{s}");
+        let to = format!("ts < {}", crate::report::timestamp(9));
+        assert_eq!(s.matches(&to).count(), 1, "{s}");
         o.indexed = true;
         let s = sql(&o);
         assert!(s.contains("FROM off_cpu_interval\n  WHERE pid = 7"), "{s}");

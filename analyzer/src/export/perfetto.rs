@@ -176,10 +176,10 @@ impl Window {
     fn clause(&self, extra: &[&str]) -> String {
         let mut c: Vec<String> = extra.iter().map(|e| e.to_string()).collect();
         if let Some(from) = self.from {
-            c.push(format!("ts >= {}", flamegraph::timestamp(from)));
+            c.push(format!("ts >= {}", crate::report::timestamp(from)));
         }
         if let Some(to) = self.to {
-            c.push(format!("ts < {}", flamegraph::timestamp(to)));
+            c.push(format!("ts < {}", crate::report::timestamp(to)));
         }
         if c.is_empty() {
             String::new()

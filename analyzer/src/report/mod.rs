@@ -254,10 +254,7 @@ impl Env {
     /// `runq_latency`): its derived table when the recordings are indexed,
     /// which holds the same rows without pairing events in the query.
     pub fn paired(&self, view: &'static str) -> &'static str {
-        match hindsight_schemas::derived::table_for_view(view) {
-            Some(table) if self.indexed => table,
-            _ => view,
-        }
+        paired(view, self.indexed)
     }
 
     /// The statement giving one kind of thread time per `step` interval
@@ -308,10 +305,7 @@ impl Env {
         // The processes' rows only, before they are paired or binned.
         let only = match threads_of {
             None => "TRUE".to_owned(),
-            Some(pids) => {
-                let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
-                format!("pid IN ({})", pids.join(", "))
-            }
+            Some(pids) => format!("pid IN ({})", pid_list(pids)),
         };
         // The name the process has at the end of the interval.
         let comm = |start: &str| format!("{} AS comm", process_comm(start));
@@ -546,6 +540,22 @@ pub fn process_comm(ts: &str) -> String {
 /// A SQL expression of UTC ns as a timestamp like the tables' `ts`.
 pub fn ns_as_timestamp(ns: &str) -> String {
     format!("arrow_cast({ns}, 'Timestamp(Nanosecond, Some(\"UTC\"))')")
+}
+
+/// What to read for helper view `view` (`cpu_time`, `off_cpu`,
+/// `runq_latency`): its derived table when every recording is `indexed`,
+/// else the view itself.
+pub fn paired(view: &'static str, indexed: bool) -> &'static str {
+    match hindsight_schemas::derived::table_for_view(view) {
+        Some(table) if indexed => table,
+        _ => view,
+    }
+}
+
+/// Pids as the items of a SQL list: `1, 2, 3`.
+pub fn pid_list<'a>(pids: impl IntoIterator<Item = &'a i32>) -> String {
+    let pids: Vec<String> = pids.into_iter().map(i32::to_string).collect();
+    pids.join(", ")
 }
 
 /// A `TIMESTAMP '...'` literal of UTC ns.

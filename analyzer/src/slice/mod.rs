@@ -306,12 +306,7 @@ impl<'a> Slicer<'a> {
         if self.pids.is_empty() || columns.is_empty() {
             return "TRUE".into();
         }
-        let list = self
-            .pids
-            .iter()
-            .map(i32::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = crate::report::pid_list(self.pids);
         let terms: Vec<String> = columns
             .iter()
             .map(|c| format!("{} IN ({list})", quoted(c)))

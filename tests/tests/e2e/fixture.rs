@@ -204,15 +204,29 @@ pub fn run(command: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("running {command:?}: {e}"))
 }
 
-/// `hindsight ARGS`, which must succeed: its stdout.
-pub fn hindsight_stdout(args: &[&str]) -> String {
-    let out = run(Command::new(bin("hindsight")).args(args));
+/// Runs `command`, which must succeed: its stdout.
+pub fn succeed(command: &mut Command) -> String {
+    let out = run(command);
     assert!(
         out.status.success(),
-        "hindsight {args:?} failed: {}",
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `hindsight ARGS`, which must succeed: its stdout.
+pub fn hindsight_stdout(args: &[&str]) -> String {
+    succeed(Command::new(bin("hindsight")).args(args))
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the repository")
+        .to_path_buf()
 }
 
 /// The rows of a report's tables (its table format, as a person reads it)

@@ -12,26 +12,7 @@ use std::{
     process::Command,
 };
 
-use crate::fixture::{bin, run, shared, Scratch};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is in the repository")
-        .to_path_buf()
-}
-
-/// Runs `command`, which must succeed: its stdout.
-fn succeed(command: &mut Command) -> String {
-    let out = run(command);
-    assert!(
-        out.status.success(),
-        "{command:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::fixture::{bin, repo, run, shared, succeed, Scratch};
 
 /// The build id of an ELF file, from `readelf -n`.
 fn build_id(elf: &Path) -> String {

@@ -13,16 +13,8 @@ use std::{
 };
 
 use crate::fixture::{
-    hindsight_stdout, quiet, run, sql, sql_count, table_count, table_rows, Scratch,
+    hindsight_stdout, quiet, repo, run, sql, sql_count, table_count, table_rows, Scratch,
 };
-
-/// The repository's root (the guest sees this machine's root read-only).
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is in the repository")
-        .to_path_buf()
-}
 
 /// Boots a guest (`guest_args`: `--numa`, `--kernel PACKAGE`) that runs
 /// `tests/vm/<script>` with the repository and `args`; returns its output
