@@ -34,7 +34,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
     /// Memory all queries may hold (e.g. 512M, 4G); past it sorts and joins spill to TMPDIR,
-    /// and a query that still does not fit stops with an error naming this limit.
+    /// and a query that still does not fit stops with an error naming this limit. Memory
+    /// the engine does not account for counts too: past 4 times this (and at least 1G more)
+    /// the process stops with an error, exit code 1, rather than take the machine's memory.
     #[arg(long, global = true, value_name = "SIZE", default_value = "1G", value_parser = parse_memory_limit)]
     pub memory_limit: u64,
     /// A directory of separate debug files by build id (DIR/.build-id/ab/cdef….debug, as

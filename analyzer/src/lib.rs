@@ -52,6 +52,7 @@ pub mod columns;
 pub mod debug_names;
 pub mod export;
 pub mod flamegraph;
+pub mod heap;
 pub mod human;
 pub mod index;
 pub mod info;
@@ -105,6 +106,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
 
 async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
     catalog::set_memory_limit(config.memory_limit).map_err(catalog::one_line)?;
+    heap::set_ceiling(config.memory_limit);
     debug_names::set_debug_dirs(config.debug_dirs.clone());
     // Validate every input before the first byte of output.
     match config.action {

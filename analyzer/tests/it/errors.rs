@@ -8,7 +8,7 @@ use hindsight_schemas::layout;
 use hindsight_schemas::tables::SCHED_SWITCH;
 use serde_json::json;
 
-use crate::fixture::{hindsight, stderr, t, Fixture, Rec};
+use crate::fixture::{hindsight, stderr, stdout, t, Fixture, Rec};
 use crate::sql::switches;
 
 /// Breaks a good recording; returns the path the message must name.
@@ -152,4 +152,41 @@ fn unknown_folders_and_hidden_files_are_ignored() {
     ]);
     assert_eq!(stderr(&out), "");
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "n\n6\n");
+}
+
+/// Memory the pool does not account for (here one 1.5 GB string) stops the
+/// process past 4 times `--memory-limit`, at least 1 GiB over it: one line
+/// naming the limit, exit code 1, instead of the machine's memory and the
+/// OOM killer.
+#[test]
+fn a_query_past_the_heap_ceiling_stops_with_one_line() {
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "h");
+    let out = hindsight([
+        "sql",
+        rec.dir.to_str().unwrap(),
+        "--memory-limit",
+        "16M",
+        "SELECT length(repeat('x', 1500000000)) AS n",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("hindsight: stopped: the query held ")
+            && err.contains("over the 1.0 GiB this process allows with --memory-limit 16 MiB"),
+        "{err}"
+    );
+    // Under the ceiling the same kind of query answers.
+    let out = hindsight([
+        "sql",
+        rec.dir.to_str().unwrap(),
+        "--memory-limit",
+        "16M",
+        "-f",
+        "csv",
+        "SELECT length(repeat('x', 1000000)) AS n",
+    ]);
+    assert_eq!(stdout(&out), "n\n1000000\n", "{}", stderr(&out));
 }
