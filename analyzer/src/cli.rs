@@ -177,17 +177,19 @@ values, and the contributors: the programs whose metrics departed, the highest s
 each with its busiest process and its share of the metric's rise (the programs that rose most, \
 where none departed), and that process's busiest threads in the incident (up to 3, by the \
 metric's kind of time: on-CPU, run-queue wait or D state; on-CPU for faults and migrations) \
-and most sampled on-CPU stacks (up to 2, with their share of its samples, where cpu_sample was \
-recorded; of one recording). bench/timeline.sh measures how often it finds injected incidents and \
-how often it finds ones that were not (BENCHMARKS.md).\n\n\
+and its heaviest stacks (up to 2): for a process that departed in D state, the stacks it \
+blocked in, weighed by their time in D, where recorded with --off-cpu-stacks; otherwise its \
+most sampled on-CPU stacks, where cpu_sample was recorded, with their share of it. \
+bench/timeline.sh measures how often it finds injected incidents and how often it finds ones \
+that were not (BENCHMARKS.md).\n\n\
 Output: --format table prints a block per incident; json prints ONE JSON array of incidents, \
 each {start, end, peak (RFC 3339 UTC), kinds: [names], metrics: [{metric, unit, pid, comm, \
 baseline, normal_max, observed, score, peak, new}], contributors: [{pid, comm, metric, share, \
-score, threads: [{tid, comm, on_cpu_s, runq_wait_s, offcpu_d_s}], stacks: [{samples, share, \
-frames (root first, `;` between)}]}], counters: [names]} (a stable contract for scripts and \
-alerting; an empty array when nothing departed); csv prints one row per departed metric, per \
-contributor, per thread and per stack. --show-sql prints the statements that compute the per-interval \
-metrics.\n\n\
+score, threads: [{tid, comm, on_cpu_s, runq_wait_s, offcpu_d_s}], stacks: [{samples (on-CPU) \
+or offcpu_d_s (blocked in D), share, frames (root first, `;` between)}]}], counters: [names]} \
+(a stable contract for scripts and alerting; an empty array when nothing departed); csv prints \
+one row per departed metric, per contributor, per thread and per stack. --show-sql prints the \
+statements that compute the per-interval metrics.\n\n\
 Examples:\n  \
 hindsight report timeline rec/\n  \
 hindsight report timeline rec/ --interval 1m --metric pgscan_direct\n  \

@@ -140,16 +140,29 @@ pub struct Contributor {
     /// Its threads that did the most of `metric` in the incident, the most
     /// first (filled in after the incidents are found).
     pub threads: Vec<ThreadShare>,
-    /// Its process's most sampled on-CPU stacks in the incident, the most
-    /// first (filled in after the incidents are found, where recorded).
+    /// Its process's stacks that weighed most in the incident, the most
+    /// first (filled in after the incidents are found, where recorded):
+    /// where it blocked for a D-state contributor, else where it ran.
     pub stacks: Vec<StackShare>,
 }
 
-/// A stack a contributor's process ran in: its CPU samples in the incident.
+/// What a contributor's stacks weigh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackTime {
+    /// CPU samples of the process while it ran (`cpu_sample`).
+    OnCpu,
+    /// Nanoseconds the process spent in uninterruptible sleep (`D`, usually
+    /// I/O), each from the stack it blocked in (`--off-cpu-stacks`).
+    OffCpuD,
+}
+
+/// A stack of a contributor's process, and its weight in the incident.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackShare {
-    pub samples: i64,
-    /// Of all the process's samples in the incident (0..=1).
+    pub time: StackTime,
+    /// Samples ([`StackTime::OnCpu`]) or nanoseconds ([`StackTime::OffCpuD`]).
+    pub weight: i64,
+    /// Of the process's whole weight of that time in the incident (0..=1).
     pub share: f64,
     /// Its frames, root first, `;` between them (as a folded stack).
     pub frames: String,

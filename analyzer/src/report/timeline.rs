@@ -18,8 +18,8 @@ use datafusion::prelude::SessionContext;
 use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
-use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, ThreadShare};
-use super::{process_comm, task_deltas, timestamp, Env, ThreadTime};
+use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, StackTime, ThreadShare};
+use super::{pid_list, process_comm, task_deltas, timestamp, Env, ThreadTime};
 use crate::columns::{f64s, i32s, i64s, opt_string, optional_i32s, optional_strings, strings};
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
@@ -440,81 +440,134 @@ async fn add_threads(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]
 /// Stacks shown per contributor.
 const STACKS_PER_CONTRIBUTOR: usize = 2;
 
-/// Fills in each contributor's most sampled on-CPU stacks in its incident
-/// (`cpu_sample`, where the recording has it): one statement counts the
-/// contributors' samples per interval and stack, a second names the
-/// stacks shown. Of one recording only: stack ids are per recording.
-async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
-    let Some((pids, first, end)) = contributors_span(incidents) else {
-        return Ok(());
-    };
-    if env.multi_host {
-        return Ok(());
-    }
-    let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
-    let statement = format!(
-        "SELECT {bin} AS interval_start, pid, stack_id, count(*) AS samples FROM cpu_sample
-  WHERE pid IN ({pids}) AND ts >= {first} AND ts < {end}
-  GROUP BY 1, 2, 3",
-        bin = env.bin("ts"),
-        pids = pids.join(", "),
-        first = timestamp(first),
-        end = timestamp(end),
-    );
-    // pid -> interval -> stack (None: not read) -> samples
-    let mut counts: BTreeMap<i32, BTreeMap<i64, BTreeMap<Option<i64>, i64>>> = BTreeMap::new();
-    for batch in &catalog::query_batches(ctx, &statement)
+/// (host, pid) -> interval -> stack (None: not read) -> weight
+type StackWeights = BTreeMap<(Option<String>, i32), BTreeMap<i64, BTreeMap<Option<i64>, i64>>>;
+
+/// The rows of a statement giving `[host,] interval_start, pid, stack_id,
+/// weight`.
+async fn stack_weights(ctx: &SessionContext, statement: &str) -> Result<StackWeights> {
+    let mut weights = StackWeights::new();
+    for batch in &catalog::query_batches(ctx, statement)
         .await
         .map_err(catalog::one_line)?
     {
-        let (start, pid, stack, samples) = (
+        let (start, pid, stack, weight) = (
             i64s(batch, "interval_start")?,
             i32s(batch, "pid")?,
             i64s(batch, "stack_id")?,
-            i64s(batch, "samples")?,
+            i64s(batch, "weight")?,
         );
+        let host = optional_strings(batch, "host")?;
         for row in 0..batch.num_rows() {
-            *counts
-                .entry(pid.value(row))
+            *weights
+                .entry((opt_string(&host, row), pid.value(row)))
                 .or_default()
                 .entry(start.value(row))
                 .or_default()
                 .entry(stack.is_valid(row).then(|| stack.value(row)))
-                .or_default() += samples.value(row);
+                .or_default() += weight.value(row);
         }
     }
-    // (incident, contributor) -> its top (stack, samples); of all its samples
-    type Chosen = BTreeMap<(usize, usize), (Vec<(i64, i64)>, i64)>;
+    Ok(weights)
+}
+
+/// The heaviest stacks of process `pid` of `host` in the intervals from
+/// `start` to before `end`, and the weight of all its stacks there (those
+/// not read included); None where none of its stacks was read.
+fn top_stacks(
+    weights: &StackWeights,
+    (host, pid): (&Option<String>, i32),
+    start: i64,
+    end: i64,
+) -> Option<(Vec<(i64, i64)>, i64)> {
+    let mut by_stack: BTreeMap<Option<i64>, i64> = BTreeMap::new();
+    let by_interval = weights.get(&(host.clone(), pid))?;
+    for stacks in by_interval.range(start..end).map(|(_, v)| v) {
+        for (stack, n) in stacks {
+            *by_stack.entry(*stack).or_default() += n;
+        }
+    }
+    let total: i64 = by_stack.values().sum();
+    let mut top: Vec<(i64, i64)> = by_stack
+        .into_iter()
+        .filter_map(|(stack, n)| stack.map(|s| (s, n)))
+        .collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(STACKS_PER_CONTRIBUTOR);
+    (!top.is_empty()).then_some((top, total))
+}
+
+/// Fills in each contributor's heaviest stacks in its incident, where the
+/// recording has them: for a process that departed in D-state time, the
+/// stacks it blocked in, weighed by their time in D (`off_cpu` with
+/// `--off-cpu-stacks`; a sleep counts in the interval it began in);
+/// otherwise, or where those were not recorded, its most sampled on-CPU
+/// stacks (`cpu_sample`). A statement per kind of weight, a last one names
+/// the stacks shown. Of several recordings too: a stack's and a frame's
+/// ids are their content's, the same on every host.
+async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
+    let Some((pids, first, end)) = contributors_span(incidents) else {
+        return Ok(());
+    };
+    let h = env.h();
+    let bounds = format!("ts >= {} AND ts < {}", timestamp(first), timestamp(end));
+    let on_cpu = stack_weights(
+        ctx,
+        &format!(
+            "SELECT {h}{bin} AS interval_start, pid, stack_id, count(*) AS weight FROM cpu_sample
+  WHERE pid IN ({pids}) AND {bounds}
+  GROUP BY {h}interval_start, pid, stack_id",
+            bin = env.bin("ts"),
+            pids = pid_list(&pids),
+        ),
+    )
+    .await?;
+    let blocked: BTreeSet<i32> = incidents
+        .iter()
+        .flat_map(|i| &i.contributors)
+        .filter(|c| c.metric == "process_offcpu_d")
+        .map(|c| c.pid)
+        .collect();
+    let off_cpu_d = if blocked.is_empty() {
+        StackWeights::new()
+    } else {
+        stack_weights(
+            ctx,
+            &format!(
+                "SELECT {h}{bin} AS interval_start, pid, stack_id, sum(dur_ns) AS weight FROM {intervals}
+  WHERE state = 'D' AND pid IN ({pids}) AND {bounds}
+  GROUP BY {h}interval_start, pid, stack_id",
+                bin = env.bin("ts"),
+                intervals = env.paired("off_cpu"),
+                pids = pid_list(&blocked),
+            ),
+        )
+        .await?
+    };
+    // (incident, contributor) -> what its stacks weigh, its top (stack,
+    // weight) and the weight of all its stacks
+    type Chosen = BTreeMap<(usize, usize), (StackTime, Vec<(i64, i64)>, i64)>;
     let mut chosen = Chosen::new();
     for (i, incident) in incidents.iter().enumerate() {
         for (c, contributor) in incident.contributors.iter().enumerate() {
-            let Some(by_interval) = counts.get(&contributor.pid) else {
-                continue;
+            let top = |weights: &StackWeights| {
+                let process = (&incident.host, contributor.pid);
+                top_stacks(weights, process, incident.start, incident.end)
             };
-            let mut by_stack: BTreeMap<Option<i64>, i64> = BTreeMap::new();
-            for stacks in by_interval
-                .range(incident.start..incident.end)
-                .map(|(_, v)| v)
+            let blocked_in = (contributor.metric == "process_offcpu_d")
+                .then(|| top(&off_cpu_d))
+                .flatten()
+                .map(|(t, total)| (StackTime::OffCpuD, t, total));
+            if let Some(stacks) =
+                blocked_in.or_else(|| top(&on_cpu).map(|(t, total)| (StackTime::OnCpu, t, total)))
             {
-                for (stack, n) in stacks {
-                    *by_stack.entry(*stack).or_default() += n;
-                }
-            }
-            let total: i64 = by_stack.values().sum();
-            let mut top: Vec<(i64, i64)> = by_stack
-                .into_iter()
-                .filter_map(|(stack, n)| stack.map(|s| (s, n)))
-                .collect();
-            top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            top.truncate(STACKS_PER_CONTRIBUTOR);
-            if !top.is_empty() {
-                chosen.insert((i, c), (top, total));
+                chosen.insert((i, c), stacks);
             }
         }
     }
     let ids: BTreeSet<i64> = chosen
         .values()
-        .flat_map(|(top, _)| top.iter().map(|t| t.0))
+        .flat_map(|(_, top, _)| top.iter().map(|t| t.0))
         .collect();
     if ids.is_empty() {
         return Ok(());
@@ -539,12 +592,13 @@ SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames FROM named 
             }
         }
     }
-    for ((i, c), (top, total)) in chosen {
+    for ((i, c), (time, top, total)) in chosen {
         incidents[i].contributors[c].stacks = top
             .into_iter()
-            .map(|(stack, samples)| StackShare {
-                samples,
-                share: samples as f64 / total as f64,
+            .map(|(stack, weight)| StackShare {
+                time,
+                weight,
+                share: weight as f64 / total as f64,
                 frames: frames
                     .get(&stack)
                     .cloned()
@@ -597,7 +651,14 @@ pub fn incident_json(incident: &Incident) -> Value {
             let stacks: Vec<Value> = c
                 .stacks
                 .iter()
-                .map(|s| json!({"samples": s.samples, "share": round(s.share), "frames": s.frames}))
+                .map(|s| {
+                    let mut v = json!({"share": round(s.share), "frames": s.frames});
+                    match s.time {
+                        StackTime::OnCpu => v["samples"] = json!(s.weight),
+                        StackTime::OffCpuD => v["offcpu_d_s"] = json!(round(s.weight as f64 / 1e9)),
+                    }
+                    v
+                })
                 .collect();
             json!({"pid": c.pid, "comm": c.comm, "metric": c.metric, "share": round(c.share),
                    "score": round(c.score), "threads": threads, "stacks": stacks})
@@ -695,13 +756,16 @@ pub fn write(
                         )?;
                     }
                     for st in &c.stacks {
+                        let (unit, weight) = match st.time {
+                            StackTime::OnCpu => ("samples", st.weight as f64),
+                            StackTime::OffCpuD => ("s in D", round(st.weight as f64 / 1e9)),
+                        };
                         writeln!(
                             out,
-                            "{head},stack,{},samples,{},{},,,{},,{},,,,,{}",
+                            "{head},stack,{},{unit},{},{},,,{weight},,{},,,,,{}",
                             c.metric,
                             c.pid,
                             csv(c.comm.as_deref().unwrap_or("")),
-                            st.samples,
                             round(st.share),
                             csv(&st.frames)
                         )?;
@@ -783,11 +847,16 @@ pub fn write(
                             )?;
                         }
                         for st in &c.stacks {
+                            let weight = match st.time {
+                                StackTime::OnCpu => format!("of its samples ({})", st.weight),
+                                StackTime::OffCpuD => {
+                                    format!("of its time in D ({:.3} s)", st.weight as f64 / 1e9)
+                                }
+                            };
                             writeln!(
                                 out,
-                                "          stack {:>5.1}% of its samples ({}): {}",
+                                "          stack {:>5.1}% {weight}: {}",
                                 100.0 * st.share,
-                                st.samples,
                                 leaf_first(&st.frames, 4)
                             )?;
                         }
@@ -812,5 +881,39 @@ fn csv(text: &str) -> String {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(weights: &mut StackWeights, pid: i32, interval: i64, stack: Option<i64>, weight: i64) {
+        weights
+            .entry((None, pid))
+            .or_default()
+            .entry(interval)
+            .or_default()
+            .insert(stack, weight);
+    }
+
+    #[test]
+    fn top_stacks_are_the_heaviest_inside_the_incident_of_all_its_weight() {
+        let mut weights = StackWeights::new();
+        add(&mut weights, 7, 0, Some(1), 100); // before the incident
+        add(&mut weights, 7, 10, Some(1), 5);
+        add(&mut weights, 7, 10, Some(2), 30);
+        add(&mut weights, 7, 20, Some(3), 10);
+        add(&mut weights, 7, 20, None, 55); // not read: in the whole, never shown
+        add(&mut weights, 7, 30, Some(4), 1000); // at the incident's end: outside
+        add(&mut weights, 8, 10, Some(9), 1);
+        assert_eq!(
+            top_stacks(&weights, (&None, 7), 10, 30),
+            Some((vec![(2, 30), (3, 10)], 100))
+        );
+        // No rows of the process, or none of its stacks read: no stacks.
+        assert_eq!(top_stacks(&weights, (&None, 5), 10, 30), None);
+        add(&mut weights, 6, 10, None, 3);
+        assert_eq!(top_stacks(&weights, (&None, 6), 10, 30), None);
     }
 }

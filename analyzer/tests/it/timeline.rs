@@ -16,13 +16,14 @@ const CHUNK: &str = "20231114T221320.000Z-000001.parquet";
 /// 35 s a hog (pid 77, `hog`) runs in between, otherwise the CPU idles.
 /// `ctxt` grows by 1000 to 1040 a second, without a burst.
 pub fn burst_recording(fx: &Fixture) -> Rec {
-    burst_recording_of(fx, false)
+    burst_recording_as(fx, "rec", "h", false)
 }
 
-/// [`burst_recording`]; with `worker`, the hog's 99 ms a tick are 30 ms of
-/// its main thread and then 69 ms of its thread 79, `hog-worker`.
-fn burst_recording_of(fx: &Fixture, worker: bool) -> Rec {
-    let rec = fx.recording("rec", "h");
+/// [`burst_recording`] as `name` of `host`; with `worker`, the hog's 99 ms
+/// a tick are 30 ms of its main thread and then 69 ms of its thread 79,
+/// `hog-worker`.
+fn burst_recording_as(fx: &Fixture, name: &str, host: &str, worker: bool) -> Rec {
+    let rec = fx.recording(name, host);
     let mut switches = Vec::new();
     // (tid, pid, comm)
     let sw = |ms: i64, prev: (i32, i32, &str), next: (i32, i32, &str)| {
@@ -137,7 +138,7 @@ fn the_quiet_part_and_other_metrics_have_no_incident() {
 #[test]
 fn a_contributors_threads_are_ranked_by_the_time_of_its_metric() {
     let fx = Fixture::new();
-    let rec = burst_recording_of(&fx, true);
+    let rec = burst_recording_as(&fx, "rec", "h", true);
     let incidents = timeline(&rec.dir, &[]);
     assert_eq!(incidents.len(), 1, "{incidents:#?}");
     let top = &incidents[0]["contributors"][0];
@@ -167,10 +168,12 @@ fn a_contributors_threads_are_ranked_by_the_time_of_its_metric() {
 
 /// A contributor's most sampled stacks in its incident, with their share
 /// of all its samples there (those without a stack too), named root first.
-#[test]
-fn a_contributors_most_sampled_stacks_are_named() {
-    let fx = Fixture::new();
-    let rec = burst_recording(&fx);
+/// [`burst_recording`] as `name` of `host`, with the hog's CPU samples:
+/// `in_spin` of them in `main;spin` and `in_kernel` in the kernel under
+/// it in the burst, then 5 with no stack; before it, 3 in `main` alone
+/// (not the incident's).
+fn burst_with_stacks(fx: &Fixture, name: &str, host: &str, in_spin: i64, in_kernel: i64) -> Rec {
+    let rec = burst_recording_as(fx, name, host, false);
     let frame = |id: i64, kind: &str, function: &str| {
         json!({"frame_id": id, "kind": kind, "address": 4096 + id as u64,
                "module": if kind == "kernel" { "[kernel]" } else { "/usr/bin/hog" },
@@ -192,21 +195,27 @@ fn a_contributors_most_sampled_stacks_are_named() {
         ]
         .concat(),
     );
-    // In the burst: 30 samples in spin, 10 in the kernel under it, 5 with
-    // no stack; before it, 3 in main alone (not the incident's).
     let mut samples = Vec::new();
     let sample = |ms: i64, stack: Option<i64>| json!({"ts": t(ms), "cpu": 0, "tid": 77, "pid": 77, "comm": "hog", "stack_id": stack, "kernel": false});
-    for k in 0..45 {
-        let stack = match k {
-            0..30 => Some(10),
-            30..40 => Some(20),
-            _ => None,
+    for k in 0..in_spin + in_kernel + 5 {
+        let stack = if k < in_spin {
+            Some(10)
+        } else if k < in_spin + in_kernel {
+            Some(20)
+        } else {
+            None
         };
         samples.push(sample(30_010 + k * 100, stack));
     }
     samples.extend((0..3).map(|k| sample(10_000 + k * 100, Some(30))));
     rec.chunk(&CPU_SAMPLE, CHUNK, &samples);
+    rec
+}
 
+#[test]
+fn a_contributors_most_sampled_stacks_are_named() {
+    let fx = Fixture::new();
+    let rec = burst_with_stacks(&fx, "rec", "h", 30, 10);
     let incidents = timeline(&rec.dir, &[]);
     assert_eq!(incidents.len(), 1, "{incidents:#?}");
     let top = &incidents[0]["contributors"][0];
@@ -239,6 +248,47 @@ fn a_contributors_most_sampled_stacks_are_named() {
         csv.lines()
             .any(|l| l.ends_with(",stack,process_cpu,samples,77,hog,,,30,,0.667,,,,,main;spin")),
         "{csv}"
+    );
+}
+
+/// Two hosts with the same pids: each incident's hog is shown with its own
+/// host's stacks, named from frames both recordings hold.
+#[test]
+fn each_hosts_contributors_have_their_own_stacks() {
+    let fx = Fixture::new();
+    let one = burst_with_stacks(&fx, "rec", "h", 30, 10);
+    let two = burst_with_stacks(&fx, "rec2", "h2", 4, 36);
+    let args = [
+        "report",
+        "timeline",
+        one.dir.to_str().unwrap(),
+        two.dir.to_str().unwrap(),
+        "-f",
+        "json",
+    ];
+    let out = hindsight(args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let incidents: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let stacks_on = |host: &str| {
+        let incident = incidents
+            .iter()
+            .find(|i| i["host"] == host)
+            .unwrap_or_else(|| panic!("no incident on {host}: {incidents:#?}"));
+        incident["contributors"][0]["stacks"].clone()
+    };
+    assert_eq!(
+        stacks_on("h"),
+        json!([
+            {"samples": 30, "share": 0.667, "frames": "main;spin"},
+            {"samples": 10, "share": 0.222, "frames": "main;spin;clear_page_[k]"},
+        ])
+    );
+    assert_eq!(
+        stacks_on("h2"),
+        json!([
+            {"samples": 36, "share": 0.8, "frames": "main;spin;clear_page_[k]"},
+            {"samples": 4, "share": 0.089, "frames": "main;spin"},
+        ])
     );
 }
 

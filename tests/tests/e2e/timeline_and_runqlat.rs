@@ -1,8 +1,10 @@
 //! `report timeline` finds an injected CPU burst (and nothing in the quiet
 //! before it), and memory pressure, an I/O stall, a thrashing page cache
-//! and the events a switch storm made the recorder lose, each by its kind; `report runqlat` of a periodic task behind two hogs on its
-//! CPU counts its sleeps, and its waits and the hogs' (after wakeups and
-//! preemptions) sum to the kernel's schedstat run_delay.
+//! and the events a switch storm made the recorder lose, each by its kind,
+//! and new programs crowding a service off its CPU; `report runqlat` of a
+//! periodic task behind two hogs on its CPU counts its sleeps, and its
+//! waits and the hogs' (after wakeups and preemptions) sum to the kernel's
+//! schedstat run_delay.
 
 use std::process::{Command, Stdio};
 use std::thread;
@@ -12,8 +14,8 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, run, shared, sql_count, table_rows,
-    utc_now_ns, Recorder, Scratch,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, release_bin, run, shared, sql_count,
+    table_rows, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -216,6 +218,7 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
 /// the timeline finds each as an incident of its kind with that program
 /// among its first contributors, the events a switch storm made the
 /// recorder lose as one incident of kind `lost`, and nothing in the quiet.
+/// The I/O stall's process is shown with the stacks it blocked in.
 #[test]
 fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     let _machine = quiet();
@@ -233,7 +236,14 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
         ("hs-cache", ["cold-reads", "5", cold], "cache_thrash"),
     ];
     let rec_dir = scratch.rec();
-    let recorder = Recorder::start(&rec_dir, &[]);
+    // With the stacks threads block in: the I/O stall's are shown. The
+    // release build: the debug one, unwinding thousands of off-CPU stacks a
+    // second unoptimized, lost a third of the stall's switches.
+    let recorder = Recorder::start_command(
+        Command::new(release_bin("hindsight-record")),
+        &rec_dir,
+        &["--off-cpu-stacks"],
+    );
     thread::sleep(Duration::from_secs(30));
     let mut made = Vec::new();
     for (name, args, kind) in injections {
@@ -335,6 +345,36 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
             rfc3339(to)
         );
     }
+    // The stall's process is shown where it blocked: in its fdatasync
+    // calls, kernel frames under its own, weighed by its time in D.
+    let io_pid = made.iter().find(|m| m.1 == "io").unwrap().2;
+    let stalled = incidents
+        .iter()
+        .flat_map(|i| i["contributors"].as_array().unwrap())
+        .find(|c| c["pid"].as_i64() == Some(io_pid) && c["metric"] == "process_offcpu_d")
+        .unwrap_or_else(|| panic!("hs-io ({io_pid}) contributed no D-state time: {text}"));
+    let in_d: f64 = stalled["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["offcpu_d_s"].as_f64().unwrap())
+        .sum();
+    let top = &stalled["stacks"][0];
+    eprintln!("hs-io: {in_d} s in D, its top stack: {top}");
+    let blocked_s = top["offcpu_d_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("hs-io's top stack is not one it blocked in: {stalled}"));
+    let frames = top["frames"].as_str().unwrap();
+    assert!(
+        frames.contains("hs_load::sync_writes") && frames.ends_with("_[k]"),
+        "hs-io's top stack is not its fdatasync, named down to the kernel: {frames}"
+    );
+    // The same sleeps, split by the interval they began in rather than cut
+    // at the incident's edges: a few ms of disagreement at most.
+    assert!(
+        blocked_s > 0.0 && blocked_s <= in_d + 0.05,
+        "hs-io's top stack holds {blocked_s} s in D, its threads {in_d} s: {stalled}"
+    );
     let in_the_quiet: Vec<&Value> = incidents
         .iter()
         .filter(|i| {
@@ -346,6 +386,124 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     assert!(
         in_the_quiet.is_empty(),
         "incidents in the quiet: {in_the_quiet:?}"
+    );
+}
+
+/// Run-queue saturation as a sysadmin meets it: a CPU-bound service that
+/// ran alone on its CPU for the whole recording is made to wait behind two
+/// new programs pinned to the same CPU. The timeline finds one incident, of
+/// kinds `new_process` (the newcomers, with no history on the CPU) and
+/// `cpu` (the service's run-queue waits, a program with history), with
+/// both among its first contributors; the service's thread waited in it as
+/// long as the kernel's schedstat counted; nothing before or after it.
+#[test]
+fn timeline_names_new_hogs_and_the_run_queue_waits_they_caused() {
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let rec_dir = scratch.rec();
+    let on_cpu0 = |name: &str, seconds: &str| {
+        Command::new(bin("hs-load"))
+            .args(["burn", seconds])
+            .env("HS_LOAD_CPU", "0")
+            .env("HS_LOAD_NAME", name)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn hs-load")
+    };
+    let mut service = on_cpu0("hs-service", "600");
+    let run_delay = || -> i64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/schedstat", service.id())).unwrap();
+        text.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let recorder = Recorder::start(&rec_dir, &[]);
+    thread::sleep(Duration::from_secs(30));
+    let (hogs_start, waited_before) = (utc_now_ns(), run_delay());
+    let hogs = [on_cpu0("hs-hog", "5"), on_cpu0("hs-hog", "5")];
+    let hog_pids: Vec<i64> = hogs
+        .into_iter()
+        .map(|hog| {
+            let out = hog.wait_with_output().unwrap();
+            assert!(out.status.success());
+            let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+            done["pid"].as_i64().unwrap()
+        })
+        .collect();
+    let (hogs_end, waited_s) = (utc_now_ns(), (run_delay() - waited_before) as f64 / 1e9);
+    thread::sleep(Duration::from_secs(15));
+    recorder.stop();
+    let service_pid = i64::from(service.id());
+    service.kill().unwrap();
+    service.wait().unwrap();
+    eprintln!("the service waited {waited_s} s behind the hogs {hog_pids:?} (schedstat)");
+    assert!(
+        waited_s > 2.0,
+        "the service ({service_pid}) waited only {waited_s} s behind two hogs on its CPU"
+    );
+
+    let rec = rec_dir.to_str().unwrap();
+    let text = hindsight_stdout(&["report", "timeline", rec, "-i", "5s", "-f", "json"]);
+    let incidents: Vec<Value> = serde_json::from_str(&text).expect("one JSON array");
+    assert_eq!(incidents.len(), 1, "expected one incident: {text}");
+    let incident = &incidents[0];
+    let (start, end) = (
+        parse_utc(incident["start"].as_str().unwrap()),
+        parse_utc(incident["end"].as_str().unwrap()),
+    );
+    let interval = 5 * S;
+    assert!(
+        (start - hogs_start).abs() <= interval && (end - hogs_end).abs() <= interval,
+        "incident {} .. {} vs hogs {} .. {}",
+        rfc3339(start),
+        rfc3339(end),
+        rfc3339(hogs_start),
+        rfc3339(hogs_end)
+    );
+    let kinds: Vec<&str> = incident["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"new_process") && kinds.contains(&"cpu"),
+        "kinds {kinds:?}: {incident}"
+    );
+    let contributors = incident["contributors"].as_array().unwrap();
+    let first: Vec<(&str, i64)> = contributors
+        .iter()
+        .take(3)
+        .map(|c| (c["comm"].as_str().unwrap(), c["pid"].as_i64().unwrap()))
+        .collect();
+    eprintln!("kinds {kinds:?}, first contributors {first:?}");
+    assert!(
+        first
+            .iter()
+            .any(|&(comm, pid)| comm == "hs-hog" && hog_pids.contains(&pid)),
+        "the hogs {hog_pids:?} are not among the first contributors: {incident}"
+    );
+    let service_line = contributors
+        .iter()
+        .take(3)
+        .find(|c| c["pid"].as_i64() == Some(service_pid))
+        .unwrap_or_else(|| {
+            panic!("the service ({service_pid}) is not among the first contributors: {incident}")
+        });
+    // The service's waits are what departed, as a program with history.
+    assert!(
+        incident["metrics"].as_array().unwrap().iter().any(|m| {
+            m["metric"] == "process_runq_wait" && m["pid"].as_i64() == Some(service_pid)
+        }),
+        "no process_runq_wait departure of the service: {incident}"
+    );
+    // Its one thread waited in the incident what schedstat counted while
+    // the hogs ran (alone on its CPU before and after, it hardly waits).
+    let threads = service_line["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{service_line}");
+    let ours = threads[0]["runq_wait_s"].as_f64().unwrap();
+    eprintln!("the service's thread: {ours} s of run-queue waits in the incident");
+    assert!(
+        (ours - waited_s).abs() <= 0.05 * waited_s + 0.2,
+        "the service's thread waited {ours} s in the incident, schedstat {waited_s} s"
     );
 }
 

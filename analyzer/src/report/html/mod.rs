@@ -27,7 +27,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use hindsight_schemas::time::rfc3339;
 
-use super::baseline::{Departure, Incident};
+use super::baseline::{Departure, Incident, StackTime};
 use super::{timeline, Env, Interval, ThreadTime};
 use crate::columns::{f64s, i32s, i64s, strings};
 use crate::flamegraph;
@@ -969,9 +969,13 @@ fn incidents_section(h: &mut String, page: &Page, dir: &str) -> Result<()> {
             }
             if let Some(stack) = c.stacks.first() {
                 let leaf = stack.frames.rsplit(';').next().unwrap_or_default();
+                let weighed = match stack.time {
+                    StackTime::OnCpu => "of its samples",
+                    StackTime::OffCpuD => "of its time in D",
+                };
                 write!(
                     who,
-                    "<small>{:.0} % of its samples in <code>{}</code></small><br>",
+                    "<small>{:.0} % {weighed} in <code>{}</code></small><br>",
                     100.0 * stack.share,
                     escape(leaf)
                 )?;
