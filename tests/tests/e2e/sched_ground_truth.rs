@@ -1,6 +1,8 @@
 use std::path::Path;
 
-use crate::fixture::{pingpong, quiet, settle, shared, sql, sql_count, Recorder, Scratch};
+use crate::fixture::{
+    hidden_cpu_seconds, pingpong, quiet, settle, shared, sql, sql_count, Recorder, Scratch,
+};
 
 #[test]
 fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
@@ -19,7 +21,9 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
     };
     let threads_before = threads();
     let recorder = Recorder::start(&rec, &["--chunk", "2s", "--ring-size", "8M"]);
+    let hidden_before = hidden_cpu_seconds();
     let truth = pingpong(20_000);
+    let hidden_ns = ((hidden_cpu_seconds() - hidden_before) * 1e9) as i64;
     let threads_throughout: Vec<i64> = threads_before.intersection(&threads()).copied().collect();
     settle();
     let log = recorder.stop();
@@ -59,7 +63,7 @@ fn every_context_switch_of_a_known_workload_is_recorded_exactly() {
             "{child}: switches not R and R against voluntary and nonvoluntary"
         );
         // The chunks roll every 2 s: the count above spans several files.
-        assert_slices_bracket_run_time(&rec, child, recorded);
+        assert_slices_bracket_run_time(&rec, child, recorded, hidden_ns);
 
         let name = child["name"].as_str().unwrap();
         let lifecycle = sql(
@@ -252,7 +256,9 @@ fn slices_of_one_chunk_of_many_row_groups_sum_to_the_run_time() {
     let scratch = Scratch::new();
     let rec = scratch.rec();
     let recorder = Recorder::start(&rec, &["--events", "sched", "--ring-size", "8M"]);
+    let hidden_before = hidden_cpu_seconds();
     let truth = pingpong(20_000);
+    let hidden_ns = ((hidden_cpu_seconds() - hidden_before) * 1e9) as i64;
     settle();
     recorder.stop();
     let files = std::fs::read_dir(rec.join("sched_switch")).unwrap().count();
@@ -267,7 +273,7 @@ fn slices_of_one_chunk_of_many_row_groups_sum_to_the_run_time() {
             &rec,
             &format!("SELECT count(*) AS n FROM sched_switch WHERE prev_tid = {tid}"),
         );
-        assert_slices_bracket_run_time(&rec, child, switches);
+        assert_slices_bracket_run_time(&rec, child, switches, hidden_ns);
     }
 }
 
@@ -275,8 +281,15 @@ fn slices_of_one_chunk_of_many_row_groups_sum_to_the_run_time() {
 /// recorded) bracket the scheduler's run time of it (`/proc/PID/schedstat`):
 /// the kernel now and then puts a thread on a CPU without a sched_switch
 /// (see the cpu_time view), a slice left out, at most the time since that
-/// CPU's switch before (`unseen_ns`).
-fn assert_slices_bracket_run_time(rec: &Path, child: &serde_json::Value, switches: i64) {
+/// CPU's switch before (`unseen_ns`); a slice is wall time between two
+/// tracepoints and may hold what the run time does not, the steal and VM
+/// agent's runs counted meanwhile (`hidden_ns`, see `hidden_cpu_seconds`).
+fn assert_slices_bracket_run_time(
+    rec: &Path,
+    child: &serde_json::Value,
+    switches: i64,
+    hidden_ns: i64,
+) {
     let tid = child["tid"].as_i64().unwrap();
     let slices = sql(
         rec,
@@ -307,11 +320,17 @@ fn assert_slices_bracket_run_time(rec: &Path, child: &serde_json::Value, switche
     // 109 ms of its 175 ms (not explained yet): below, only half is
     // asked for; above, a cross-row-group pairing gave 18 times the
     // truth.
+    // A fresh-clone run once summed 256 ms against 161 ms of run time, on
+    // this shared host, before the hidden time was counted: steal and the
+    // agent are read to a tick (1/USER_HZ) per CPU and two for the agent.
     let handoffs_ns = 1_000 * switches;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    let hidden_ns = hidden_ns + 10_000_000 * (2 + cpus);
     assert!(
-        on_cpu_ns * 20 <= runtime_ns * 21 + handoffs_ns * 20
+        on_cpu_ns * 20 <= runtime_ns * 21 + (handoffs_ns + hidden_ns) * 20
             && (on_cpu_ns + unseen_ns + handoffs_ns) * 2 >= runtime_ns,
         "cpu_time of {tid} sums to {on_cpu_ns} ns (+ at most {unseen_ns} ns unseen), \
-         its schedstat run time is {runtime_ns} ns"
+         its schedstat run time is {runtime_ns} ns, with at most {hidden_ns} ns of steal \
+         and VM agent meanwhile"
     );
 }
