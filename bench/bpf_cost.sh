@@ -4,23 +4,34 @@
 # every program, read from the recorder's /proc/PID/fdinfo).
 #
 # For each recorder binary given, in interleaved rounds: record `--events
-# sched` while `perf bench sched pipe -l LOOPS` (pinned to CPU 0) switches
-# as fast as it can, then read each loaded program's runs and nanoseconds.
-# Prints, per binary and program (by its verified instruction count, which
-# tells them apart), the median ns per run over the rounds, in Markdown.
+# sched` while N copies of `perf bench sched pipe -l LOOPS`, copy i pinned to
+# CPU i, switch as fast as they can, then read each loaded program's runs and
+# nanoseconds. Prints, per binary, number of producers and program (by its
+# verified instruction count, which tells them apart), the median ns per run
+# over the rounds, each producer's switches per second (two per op) and the
+# events the recorder lost, in Markdown.
 #
-#   bench/bpf_cost.sh [-l LOOPS] [-r ROUNDS] RECORDER...
+# With -p 1,2 (producers: one CPU, then two at once) it is the ring-contention
+# benchmark of issue 17: every CPU's events go through one BPF ring buffer,
+# whose reservation takes a spinlock, so what a run costs as CPUs are added is
+# what sharing the ring costs (with the caches' and the recorder's own share
+# of the CPUs).
+#
+#   bench/bpf_cost.sh [-l LOOPS] [-r ROUNDS] [-p PRODUCERS,...] RECORDER...
 #   bench/bpf_cost.sh /tmp/hindsight-record.before target/release/hindsight-record
+#   bench/bpf_cost.sh -p 1,2 target/release/hindsight-record
 #
 # Run as root. bpf_stats is switched on for the run and back off after.
 set -euo pipefail
 
 loops=300000
 rounds=5
+producers=1
 while (($#)); do
   case "$1" in
     -l) loops="$2"; shift 2 ;;
     -r) rounds="$2"; shift 2 ;;
+    -p) producers="$2"; shift 2 ;;
     *) break ;;
   esac
 done
@@ -45,31 +56,45 @@ programs() {
 
 for ((round = 1; round <= rounds; round++)); do
   for recorder in "$@"; do
-    rm -rf "$work/rec"
-    "$recorder" --output "$work/rec" --events sched 2>"$work/log" &
-    pid=$!
-    for _ in $(seq 100); do grep -q recording "$work/log" && break; sleep 0.1; done
-    taskset -c 0 perf bench sched pipe -l "$loops" >/dev/null
-    programs "$pid" | while read -r insns runs ns; do
-      ((runs > 0)) && echo "$recorder $insns $runs $ns"
-    done >>"$work/results"
-    kill -INT "$pid"
-    wait "$pid" || true
-    echo "round $round: $recorder" >&2
+    for n in ${producers//,/ }; do
+      ((n <= $(nproc))) || { echo "bpf_cost.sh: $n producers, $(nproc) CPUs" >&2; exit 2; }
+      rm -rf "$work/rec" "$work"/pipe.*
+      "$recorder" --output "$work/rec" --events sched 2>"$work/log" &
+      pid=$!
+      for _ in $(seq 100); do grep -q recording "$work/log" && break; sleep 0.1; done
+      pipes=()
+      for ((cpu = 0; cpu < n; cpu++)); do
+        taskset -c "$cpu" perf bench sched pipe -l "$loops" >"$work/pipe.$cpu" &
+        pipes+=($!)
+      done
+      wait "${pipes[@]}"
+      # Each producer's switches per second: two per op.
+      rate=$(awk '/usecs\/op/ { s += 2e6 / $1; k++ } END { printf "%.0f", s / k }' "$work"/pipe.*)
+      stats=$(programs "$pid")
+      kill -INT "$pid"
+      wait "$pid" || true
+      lost=$(grep -oE '[0-9]+ events lost' "$work/log" | awk '{ print $1 }' || true)
+      while read -r insns runs ns; do
+        ((runs > 0)) && echo "$recorder $n $insns $runs $ns $rate ${lost:-0}"
+      done <<<"$stats" >>"$work/results"
+      echo "round $round: $recorder, $n producers: $rate switches/s each, ${lost:-0} lost" >&2
+    done
   done
 done
 
-echo "| recorder | program (verified insns) | runs per round (median) | ns per run (median) |"
-echo "|---|---:|---:|---:|"
+echo "| recorder | producers | program (verified insns) | runs per round (median) | ns per run (median) | switches/s per producer (median) | events lost (median) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 python3 - "$work/results" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 runs = defaultdict(list)
 for line in open(sys.argv[1]):
-    recorder, insns, count, ns = line.split()
-    runs[(recorder, int(insns))].append((int(count), int(ns)))
-for (recorder, insns), rows in sorted(runs.items()):
-    counts = statistics.median(c for c, _ in rows)
-    per_run = statistics.median(ns / c for c, ns in rows)
-    print(f"| {recorder} | {insns} | {counts:,.0f} | {per_run:.1f} |")
+    recorder, producers, insns, count, ns, rate, lost = line.split()
+    runs[(recorder, int(producers), int(insns))].append((int(count), int(ns), int(rate), int(lost)))
+for (recorder, producers, insns), rows in sorted(runs.items()):
+    counts = statistics.median(r[0] for r in rows)
+    per_run = statistics.median(r[1] / r[0] for r in rows)
+    rate = statistics.median(r[2] for r in rows)
+    lost = statistics.median(r[3] for r in rows)
+    print(f"| {recorder} | {producers} | {insns} | {counts:,.0f} | {per_run:.1f} | {rate:,.0f} | {lost:,.0f} |")
 EOF

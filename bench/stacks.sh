@@ -41,6 +41,9 @@
 # script's symbols), the modules hindsight opened
 # (`recorder/modules_opened`) and the longest its event loop left the rings
 # undrained (`recorder/longest_busy_us`, the run's worst).
+# Per run (part 1): also the bytes on disk for the samples (hindsight: the
+# cpu_sample, stack and frame tables; perf: perf.data) and per sample: on a
+# steady process, what a sample costs once its stacks are known.
 #
 # All configurations run once per round, interleaved (round 1: all, round 2:
 # all, ...), so a noisy neighbour hits them alike; the summary takes medians.
@@ -137,7 +140,7 @@ stop_tool() {
 }
 
 SAMPLING_CONFIGS='hs-49 hs-49-fp perf-49 perf-49-dwarf hs-999 hs-999-fp perf-999 perf-999-dwarf'
-printf '#round\tconfig\tseconds\ttool_cpu_s\tevents\tusecs_op\n' >"$results"
+printf '#round\tconfig\tseconds\ttool_cpu_s\tevents\tusecs_op\tbytes\n' >"$results"
 record() {
     local line
     line=$(printf '%s\t' "$@")
@@ -147,7 +150,7 @@ record() {
 
 # Part 1: sampling a busy machine for DURATION seconds.
 run_sampling() {
-    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 events
+    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 events bytes
     local hz=${config#*-} unwind=dwarf graph=-g
     hz=${hz%%-*}
     [[ $config == *-fp ]] && unwind=fp
@@ -164,11 +167,17 @@ run_sampling() {
     t1=$(date +%s.%N)
     stop_tool
     case $config in
-    hs-*) events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }') ;;
-    perf-*) events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }') ;;
+    hs-*)
+        events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }')
+        bytes=$(cat "$out"/{cpu_sample,stack,frame}/*.parquet | wc -c)
+        ;;
+    perf-*)
+        events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')
+        bytes=$(wc -c <"$out.data")
+        ;;
     esac
     record "$r" "$config" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
-        "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" -
+        "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" - "$bytes"
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
@@ -190,7 +199,7 @@ run_storm() {
     hs-*) events=$(grep -o 'sched_switch [0-9]*' "$out.err" | awk '{ print $2 }') ;;
     perf-*) events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }') ;;
     esac
-    record "$r" "$config" - "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" "$usecs"
+    record "$r" "$config" - "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" "${events:-0}" "$usecs" -
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
@@ -418,13 +427,14 @@ if part sampling; then
 echo
 echo "CPU sampling, every CPU busy (\`sha256sum /dev/zero\` per CPU), ${DURATION} s per run:"
 echo
-echo "| config | tool CPU s | % of one CPU | samples | tool CPU µs per sample |"
-echo "|---|---:|---:|---:|---:|"
+echo "| config | tool CPU s | % of one CPU | samples | tool CPU µs per sample | bytes on disk | bytes per sample |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for c in $SAMPLING_CONFIGS; do
     cpu=$(median "$c" 4)
     secs=$(median "$c" 3)
     n=$(median "$c" 5)
-    echo "| $c | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", 1e6 * c / n; else print "-" }') |"
+    b=$(median "$c" 7)
+    echo "| $c | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", 1e6 * c / n; else print "-" }') | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') |"
 done
 fi
 if part storm; then
