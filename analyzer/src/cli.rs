@@ -177,9 +177,10 @@ values, and the contributors: the programs whose metrics departed, the highest s
 each with its busiest process and its share of the metric's rise (the programs that rose most, \
 where none departed), and that process's busiest threads in the incident (up to 3, by the \
 metric's kind of time: on-CPU, run-queue wait or D state; on-CPU for faults and migrations) \
-and its heaviest stacks (up to 2): for a process that departed in D state, the stacks it \
-blocked in, weighed by their time in D, where recorded with --off-cpu-stacks; otherwise its \
-most sampled on-CPU stacks, where cpu_sample was recorded, with their share of it. \
+and its heaviest stacks (up to 2 of each kind): its most sampled on-CPU stacks, where \
+cpu_sample was recorded, with their share of its samples, and for a process that departed in \
+D state, the stacks it blocked in, weighed by their time in D, where recorded with \
+--off-cpu-stacks (the kind of the metric it contributed most to first). \
 bench/timeline.sh measures how often it finds injected incidents and how often it finds ones \
 that were not (BENCHMARKS.md).\n\n\
 Output: --format table prints a block per incident; json prints ONE JSON array of incidents, \

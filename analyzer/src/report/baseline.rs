@@ -141,8 +141,9 @@ pub struct Contributor {
     /// first (filled in after the incidents are found).
     pub threads: Vec<ThreadShare>,
     /// Its process's stacks that weighed most in the incident, the most
-    /// first (filled in after the incidents are found, where recorded):
-    /// where it blocked for a D-state contributor, else where it ran.
+    /// first within each kind of time (filled in after the incidents are
+    /// found, where recorded): where it ran and, if it departed in D state,
+    /// where it blocked; the kind of its `metric` first.
     pub stacks: Vec<StackShare>,
 }
 

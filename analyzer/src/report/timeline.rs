@@ -498,11 +498,11 @@ fn top_stacks(
 }
 
 /// Fills in each contributor's heaviest stacks in its incident, where the
-/// recording has them: for a process that departed in D-state time, the
-/// stacks it blocked in, weighed by their time in D (`off_cpu` with
-/// `--off-cpu-stacks`; a sleep counts in the interval it began in);
-/// otherwise, or where those were not recorded, its most sampled on-CPU
-/// stacks (`cpu_sample`). A statement per kind of weight, a last one names
+/// recording has them: its most sampled on-CPU stacks (`cpu_sample`) and,
+/// for a process that departed in D-state time, the stacks it blocked in,
+/// weighed by their time in D (`off_cpu` with `--off-cpu-stacks`; a sleep
+/// counts in the interval it began in), the kind of the metric it
+/// contributed most to first. A statement per kind of weight, a last one names
 /// the stacks shown. Of several recordings too: a stack's and a frame's
 /// ids are their content's, the same on every host.
 async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
@@ -522,10 +522,18 @@ async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident])
         ),
     )
     .await?;
+    // The processes that departed in D state: the stacks they blocked in
+    // are shown whatever metric they contributed most to (a stalled
+    // writer's CPU can score a hair above its D time).
+    let departed_in_d = |incident: &Incident, pid: i32| {
+        incident
+            .metrics
+            .iter()
+            .any(|m| m.metric == "process_offcpu_d" && m.pid == Some(pid))
+    };
     let blocked: BTreeSet<i32> = incidents
         .iter()
-        .flat_map(|i| &i.contributors)
-        .filter(|c| c.metric == "process_offcpu_d")
+        .flat_map(|i| i.contributors.iter().filter(|c| departed_in_d(i, c.pid)))
         .map(|c| c.pid)
         .collect();
     let off_cpu_d = if blocked.is_empty() {
@@ -544,29 +552,35 @@ async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident])
         )
         .await?
     };
-    // (incident, contributor) -> what its stacks weigh, its top (stack,
-    // weight) and the weight of all its stacks
-    type Chosen = BTreeMap<(usize, usize), (StackTime, Vec<(i64, i64)>, i64)>;
+    // (incident, contributor) -> per kind of time, the contributor's own
+    // metric's first: its top (stack, weight) and the weight of all its
+    // stacks of that kind
+    type Chosen = BTreeMap<(usize, usize), Vec<(StackTime, Vec<(i64, i64)>, i64)>>;
     let mut chosen = Chosen::new();
     for (i, incident) in incidents.iter().enumerate() {
         for (c, contributor) in incident.contributors.iter().enumerate() {
-            let top = |weights: &StackWeights| {
+            let top = |weights: &StackWeights, time: StackTime| {
                 let process = (&incident.host, contributor.pid);
                 top_stacks(weights, process, incident.start, incident.end)
+                    .map(|(top, total)| (time, top, total))
             };
-            let blocked_in = (contributor.metric == "process_offcpu_d")
-                .then(|| top(&off_cpu_d))
-                .flatten()
-                .map(|(t, total)| (StackTime::OffCpuD, t, total));
-            if let Some(stacks) =
-                blocked_in.or_else(|| top(&on_cpu).map(|(t, total)| (StackTime::OnCpu, t, total)))
-            {
-                chosen.insert((i, c), stacks);
+            let blocked_in = departed_in_d(incident, contributor.pid)
+                .then(|| top(&off_cpu_d, StackTime::OffCpuD))
+                .flatten();
+            let ran = top(&on_cpu, StackTime::OnCpu);
+            let kinds: Vec<_> = if contributor.metric == "process_offcpu_d" {
+                [blocked_in, ran].into_iter().flatten().collect()
+            } else {
+                [ran, blocked_in].into_iter().flatten().collect()
+            };
+            if !kinds.is_empty() {
+                chosen.insert((i, c), kinds);
             }
         }
     }
     let ids: BTreeSet<i64> = chosen
         .values()
+        .flatten()
         .flat_map(|(_, top, _)| top.iter().map(|t| t.0))
         .collect();
     if ids.is_empty() {
@@ -592,10 +606,14 @@ SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames FROM named 
             }
         }
     }
-    for ((i, c), (time, top, total)) in chosen {
-        incidents[i].contributors[c].stacks = top
+    for ((i, c), kinds) in chosen {
+        incidents[i].contributors[c].stacks = kinds
             .into_iter()
-            .map(|(stack, weight)| StackShare {
+            .flat_map(|(time, top, total)| {
+                top.into_iter()
+                    .map(move |(stack, weight)| (time, stack, weight, total))
+            })
+            .map(|(time, stack, weight, total)| StackShare {
                 time,
                 weight,
                 share: weight as f64 / total as f64,
