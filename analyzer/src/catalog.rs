@@ -78,19 +78,36 @@ pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
 static RUNTIME: OnceLock<(u64, Arc<RuntimeEnv>)> = OnceLock::new();
 
 /// Sets the memory all queries of this process share: operators that can
-/// (sorts, joins, aggregations) spill to files in the temp directory
-/// (`TMPDIR`) past it; a query that still cannot fit fails with
-/// [`one_line`]'s message naming the limit. Only the first call counts.
+/// (sorts, joins, aggregations) spill to files in a directory of the
+/// temp directory (`TMPDIR`) past it, made at the first
+/// spill and gone with [`remove_spill_dir`]; a query that still cannot fit
+/// fails with [`one_line`]'s message naming the limit. Only the first call
+/// counts.
 pub fn set_memory_limit(bytes: u64) -> Result<()> {
+    // The default disk manager makes its directory at the first spill; one
+    // given a path makes it at once, and every command left it behind.
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(TrackConsumersPool::new(
             FairSpillPool::new(usize::try_from(bytes).unwrap_or(usize::MAX)),
             NonZeroUsize::new(3).expect("nonzero"),
         )))
-        .with_temp_file_path(std::env::temp_dir())
         .build_arc()?;
     let _ = RUNTIME.set((bytes, runtime));
     Ok(())
+}
+
+/// Removes the directory spills went to, if any query spilled. The runtime
+/// lives in a static that is never dropped, so its directory would outlive
+/// the process; call this once the command's last query is done.
+pub fn remove_spill_dir() {
+    let Some((_, runtime)) = RUNTIME.get() else {
+        return;
+    };
+    for dir in runtime.disk_manager.temp_dir_paths() {
+        // Best effort: a leftover empty directory in TMPDIR is no reason to
+        // fail a command whose answer was already written.
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn runtime() -> Result<&'static (u64, Arc<RuntimeEnv>)> {

@@ -101,7 +101,9 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(execute(config))
+    let outcome = runtime.block_on(execute(config));
+    catalog::remove_spill_dir();
+    outcome
 }
 
 async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {

@@ -190,3 +190,48 @@ fn a_query_past_the_heap_ceiling_stops_with_one_line() {
     ]);
     assert_eq!(stdout(&out), "n\n1000000\n", "{}", stderr(&out));
 }
+
+/// A sort past `--memory-limit` spills to the temp directory and still
+/// answers; the command leaves nothing behind there, where each command
+/// used to leave an empty `datafusion-*` directory there, spill or not.
+#[test]
+fn spills_go_to_tmpdir_and_leave_nothing_behind() {
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "h");
+    let tmp = fx.path("tmp");
+    fs::create_dir_all(&tmp).unwrap();
+    // 3 M rows sorted for the window are 24 MB of keys alone: under a
+    // 16 MiB pool the sort answers only by spilling.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args([
+            "sql",
+            rec.dir.to_str().unwrap(),
+            "--memory-limit",
+            "16M",
+            "-f",
+            "csv",
+            "SELECT sum(x * rn) AS s FROM (SELECT x, row_number() OVER (ORDER BY x DESC) AS rn \
+             FROM generate_series(1, 3000000) AS t(x))",
+        ])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    // sum over x of x * (3000001 - x)
+    assert_eq!(stdout(&out), "s\n4500004500001000000\n", "{}", stderr(&out));
+    let left: Vec<_> = fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["info", rec.dir.to_str().unwrap()])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let left: Vec<_> = fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
