@@ -638,6 +638,12 @@ fn push_self_counters(ts: i64, c: &mut Collector, lost_total: u64) {
         let value = count.load(std::sync::atomic::Ordering::Relaxed) as i64;
         c.rows.counter.push(ts, "recorder", name, None, value);
     }
+    if let Some(stacks) = &c.stacks {
+        let value = stacks.unnamed as i64;
+        c.rows
+            .counter
+            .push(ts, "recorder", "frames_unnamed", None, value);
+    }
 }
 
 /// Retention's hook: after a chunk named `closed` was closed in every
@@ -928,6 +934,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                         std::sync::Arc::clone(&s.perf_maps_refused),
                     ),
                     ("modules_opened", std::sync::Arc::clone(&s.modules_opened)),
+                    (
+                        "jit_frames_let_go",
+                        std::sync::Arc::clone(&s.jit_frames_let_go),
+                    ),
                 ]
             })
             .unwrap_or_default(),

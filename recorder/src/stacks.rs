@@ -190,6 +190,11 @@ pub struct FrameRow {
     /// On a process's first frame in anonymous executable memory (JIT
     /// code): its `/tmp`, where its perf map will be. Not stored.
     pub jit_tmp: Option<crate::symbolize::JitTmp>,
+    /// Code a perf map may name: in anonymous executable memory, or outside
+    /// the map of a process known to have such code (JIT code freed since).
+    /// Any other address in no mapping is a bad unwind, not worth holding
+    /// for a map that will never name it. Not stored.
+    pub maybe_jit: bool,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
@@ -210,6 +215,7 @@ impl FrameRow {
             pid,
             open_path: None,
             jit_tmp: None,
+            maybe_jit: false,
             function: None,
             file: None,
             line: None,
@@ -334,8 +340,14 @@ impl StackInterner {
         for &address in user {
             let row = self.user_frame(running, address);
             frame_ids.push(row.frame_id);
-            if self.first_time_frame(row.frame_id) {
-                self.send(row, frames);
+            let carries_tmp = row.jit_tmp.is_some();
+            let sent = self.first_time_frame(row.frame_id) && self.send(row, frames);
+            if carries_tmp && !sent {
+                // The symbolizer never got the process's /tmp: the next
+                // JIT frame carries it instead.
+                if let Some(process) = self.processes.get_mut(&running) {
+                    process.jit_tmp_sent = false;
+                }
             }
         }
         let id = stack_id(&frame_ids);
@@ -436,14 +448,15 @@ impl StackInterner {
     /// Queues a new frame for naming. When the symbolizer is behind (a
     /// huge binary's debug info to parse), the frame is written unnamed now
     /// and forgotten, so its next sighting tries again: readers take the
-    /// named row of a frame over an unnamed one.
-    fn send(&mut self, row: FrameRow, frames: &mut FrameRows) {
+    /// named row of a frame over an unnamed one. Whether it was queued.
+    fn send(&mut self, row: FrameRow, frames: &mut FrameRows) -> bool {
         match self.symbolizer.try_send(row) {
-            Ok(()) => {}
+            Ok(()) => true,
             Err(TrySendError::Full(row) | TrySendError::Disconnected(row)) => {
                 self.unnamed += 1;
                 self.sent_frames.remove(&row.frame_id);
                 frames.push(&row);
+                false
             }
         }
     }
@@ -463,9 +476,11 @@ impl StackInterner {
         let pid = running.pid;
         let mut row = FrameRow::unnamed(anon_frame_id(pid, address), false, address, pid);
         let Some(mapping) = self.mapping_of(running, address) else {
+            row.maybe_jit = self.processes.get(&running).is_some_and(|p| p.jit_tmp_sent);
             return row;
         };
         let Some(path) = mapping.path else {
+            row.maybe_jit = true;
             row.jit_tmp = self.first_jit_frame(running);
             return row;
         };
@@ -848,15 +863,69 @@ mod tests {
         interner.intern(
             running,
             &[],
-            &[0x7010, 0x1010, 0x8020],
+            &[0x7010, 0x1010, 0x8020, 0xdead_0000],
             &mut stacks,
             &mut frames,
         );
         let sent: Vec<FrameRow> = rx.try_iter().collect();
-        let carries: Vec<(u64, bool)> = sent
+        let carries: Vec<(u64, bool, bool)> = sent
             .iter()
+            .map(|f| (f.address, f.jit_tmp.is_some(), f.maybe_jit))
+            .collect();
+        // An address in no mapping of a JIT may be code it freed since.
+        assert_eq!(
+            carries,
+            [
+                (0x7010, true, true),
+                (0x1010, false, false),
+                (0x8020, false, true),
+                (0xdead_0000, false, true)
+            ]
+        );
+        // In a process with no JIT code it is a bad unwind: no perf map
+        // will name it, so the symbolizer does not wait for one.
+        fake_process(
+            root.path(),
+            12,
+            "1000-2000 r-xp 00000000 08:01 7 /nonexistent/app\n",
+        );
+        let other = Running {
+            pid: 12,
+            program: Program::default(),
+        };
+        interner.intern(other, &[], &[0xdead_0000], &mut stacks, &mut frames);
+        let sent: Vec<(u64, bool)> = rx.try_iter().map(|f| (f.address, f.maybe_jit)).collect();
+        assert_eq!(sent, [(0xdead_0000, false)]);
+    }
+
+    /// A first JIT frame the full queue turned away took the process's
+    /// `/tmp` with it: the next JIT frame that is queued carries it.
+    #[test]
+    fn a_jit_tmp_the_full_queue_turned_away_goes_with_the_next_jit_frame() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let root = tempfile::tempdir().unwrap();
+        fake_process(
+            root.path(),
+            11,
+            "1000-2000 r-xp 00000000 08:01 7 /nonexistent/jvm\n\
+             7000-9000 rwxp 00000000 00:00 0 \n",
+        );
+        let mut interner = StackInterner::new(root.path(), tx);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let running = Running {
+            pid: 11,
+            program: Program::default(),
+        };
+        // The file frame fills the queue; the JIT frame after it is written unnamed.
+        interner.intern(running, &[], &[0x1010, 0x7010], &mut stacks, &mut frames);
+        assert_eq!((interner.unnamed, frames.len()), (1, 1));
+        let queued: Vec<u64> = rx.try_iter().map(|f| f.address).collect();
+        assert_eq!(queued, [0x1010]);
+        interner.intern(running, &[], &[0x8020], &mut stacks, &mut frames);
+        let sent: Vec<(u64, bool)> = rx
+            .try_iter()
             .map(|f| (f.address, f.jit_tmp.is_some()))
             .collect();
-        assert_eq!(carries, [(0x7010, true), (0x1010, false), (0x8020, false)]);
+        assert_eq!(sent, [(0x8020, true)]);
     }
 }

@@ -214,6 +214,10 @@ pub struct SymbolizerThread {
     /// however many processes run it, more only where memory is let go of
     /// (idle, over budget) and the module comes back.
     pub modules_opened: Arc<AtomicU64>,
+    /// JIT frames let go of unnamed while they waited for a perf map, to
+    /// keep the waiting within [`MAX_PENDING_JIT_FRAMES`] and
+    /// [`MAX_PERF_MAPS`].
+    pub jit_frames_let_go: Arc<AtomicU64>,
     handle: JoinHandle<()>,
 }
 
@@ -223,6 +227,7 @@ impl SymbolizerThread {
         let (named_tx, named) = std::sync::mpsc::channel();
         let perf_maps = PerfMaps::new(proc_root, Arc::default());
         let perf_maps_refused = Arc::clone(&perf_maps.refused);
+        let jit_frames_let_go = Arc::clone(&perf_maps.let_go);
         let modules_opened = Arc::new(AtomicU64::new(0));
         let opened = Arc::clone(&modules_opened);
         let kallsyms_path = proc_root.join("kallsyms");
@@ -234,6 +239,7 @@ impl SymbolizerThread {
             named,
             perf_maps_refused,
             modules_opened,
+            jit_frames_let_go,
             handle,
         })
     }
@@ -508,6 +514,8 @@ struct PerfMaps {
     /// (every [`PERF_MAP_REREAD`] while new addresses come).
     refused: Arc<AtomicU64>,
     refused_pids: HashSet<u32>,
+    /// Frames let go of unnamed to keep within the bounds.
+    let_go: Arc<AtomicU64>,
 }
 
 impl PerfMaps {
@@ -518,6 +526,7 @@ impl PerfMaps {
             pending: 0,
             refused,
             refused_pids: HashSet::new(),
+            let_go: Arc::default(),
         }
     }
 
@@ -563,7 +572,8 @@ impl PerfMaps {
         self.processes.retain(|_, p| !p.pending.is_empty());
         if self.processes.len() >= MAX_PERF_MAPS {
             self.processes.clear();
-            self.pending = 0;
+            self.let_go
+                .fetch_add(std::mem::take(&mut self.pending) as u64, Ordering::Relaxed);
         }
     }
 
@@ -605,6 +615,7 @@ impl PerfMaps {
     /// does.
     fn hold(&mut self, row: &FrameRow) {
         if self.pending >= MAX_PENDING_JIT_FRAMES {
+            self.let_go.fetch_add(1, Ordering::Relaxed);
             return;
         }
         if let Some(process) = self.processes.get_mut(&row.pid) {
@@ -878,7 +889,7 @@ fn run(
                 },
             );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
-        } else if row.module.is_none() {
+        } else if row.module.is_none() && row.maybe_jit {
             row.function = perf_maps.lookup(row.pid, row.address, row.jit_tmp.as_ref());
             if row.function.is_none() {
                 perf_maps.hold(&row);
