@@ -2,7 +2,7 @@
 # timeline.sh: does `report timeline` find what happened, and only that?
 #
 # A day of a busy 4-CPU server is synthesized through the analyzer's chunk
-# writer (analyzer/examples/synthday.rs: web workers and a database that
+# writer (tests/src/bin/hs_synthday.rs: web workers and a database that
 # follow the time of day, daemons, a cron job every 5 minutes, a backup with
 # I/O waits every 15 minutes, an hourly build of short-lived compilers,
 # kswapd and compaction bursts), with an incident injected every 20 minutes
@@ -34,10 +34,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 if [ -z "${NO_BUILD:-}" ]; then
-  cargo build --release --quiet -p hindsight --bin hindsight --example synthday
+  cargo build --release --quiet -p hindsight --bin hindsight -p hindsight-e2e --bin hs-synthday
 fi
 bin=$repo/target/release
-"$bin/examples/synthday" "$work/rec" "$hours" "$seed" > "$work/truth.json"
+"$bin/hs-synthday" "$work/rec" "$hours" "$seed" > "$work/truth.json"
 "$bin/hindsight" index "$work/rec" >&2
 
 echo "| --interval | --sensitivity | strength 1 found/named/typed | 1/2 | 1/4 | false per hour (after ${warmup} h) | false in warm-up | wall s | RSS MiB |"

@@ -14,8 +14,8 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, release_bin, run, shared, sql_count,
-    table_rows, utc_now_ns, Recorder, Scratch,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, release_bin, run, shared, sql,
+    sql_count, table_rows, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -514,6 +514,63 @@ fn timeline_names_new_hogs_and_the_run_queue_waits_they_caused() {
 }
 
 /// Parses the RFC 3339 UTC times the analyzer prints.
+/// An hour of a busy server in which nothing happened but its usual life
+/// (load following the time of day, a cron job every 5 minutes, a backup
+/// with I/O waits every 15, an hourly build of short-lived compilers,
+/// kswapd and compaction bursts), after 3 hours of the same: at the
+/// default interval and sensitivity the timeline raises at most the one
+/// false incident an hour issue 20 allows. An hour of the real kernel
+/// does not fit the suite's time, so the hours are synthesized
+/// (`hs-synthday`, the detection benchmark's day with no incident
+/// injected), written by the analyzer's chunk writer, indexed and asked as
+/// a user would.
+#[test]
+fn a_quiet_hour_of_a_busy_server_has_at_most_one_false_incident() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let dir = scratch.rec();
+    let rec = dir.to_str().unwrap();
+    // 4 hours, seed 1, the first incident at hour 4: none.
+    let truth = run(Command::new(bin("hs-synthday")).args([rec, "4", "1", "4"]));
+    assert!(
+        truth.status.success(),
+        "hs-synthday: {}",
+        String::from_utf8_lossy(&truth.stderr)
+    );
+    let injected: Vec<Value> = serde_json::from_slice(&truth.stdout).unwrap();
+    assert!(injected.is_empty(), "{injected:?}");
+    hindsight_stdout(&["index", rec]);
+    let last_hour = [
+        "--from",
+        "2026-12-01T03:00:00Z",
+        "--to",
+        "2026-12-01T04:00:00Z",
+    ];
+    let text = hindsight_stdout(
+        &[
+            &["report", "timeline", rec, "-f", "json"][..],
+            &last_hour[..],
+        ]
+        .concat(),
+    );
+    let incidents: Vec<Value> = serde_json::from_str(&text).unwrap();
+    eprintln!(
+        "a quiet synthesized hour after 3 of history: {} incidents {incidents:?}",
+        incidents.len()
+    );
+    assert!(incidents.len() <= 1, "false incidents: {incidents:#?}");
+    // The hour was not empty: the cron job, the backups and the build's
+    // compilers all started in it, as in the hours before.
+    let started = sql(
+        &dir,
+        "SELECT DISTINCT comm FROM process \
+         WHERE ts >= TIMESTAMP '2026-12-01T03:00:00Z' AND ts < TIMESTAMP '2026-12-01T04:00:00Z' \
+         ORDER BY comm",
+    );
+    let started: Vec<&str> = started.iter().filter_map(|r| r["comm"].as_str()).collect();
+    assert_eq!(started, ["backup", "cc1", "logrotate"]);
+}
+
 fn parse_utc(text: &str) -> i64 {
     chrono::DateTime::parse_from_rfc3339(text)
         .unwrap_or_else(|e| panic!("{text}: {e}"))

@@ -1,7 +1,9 @@
-//! `synthday OUT [HOURS] [SEED]`: a long recording of a busy server with
-//! incidents injected at known times, for the timeline's detection benchmark
-//! (`bench/timeline.sh`, issue 20). Prints the injected incidents (the
-//! truth) as one JSON array on stdout.
+//! `hs-synthday OUT [HOURS] [SEED] [FIRST_INCIDENT_HOUR]`: a long recording
+//! of a busy server with incidents injected at known times, for the
+//! timeline's detection benchmark (`bench/timeline.sh`, issue 20) and its
+//! quiet-hours test (no incident before `FIRST_INCIDENT_HOUR`, 1 unless
+//! given). Prints the injected incidents (the truth) as one JSON array on
+//! stdout.
 //!
 //! Nothing is recorded: a one-second model of a 4-CPU host is played out
 //! and written as the recorder would have seen it (`sched_switch`,
@@ -13,8 +15,8 @@
 //! whose load follows the time of day, daemons, a cron job every 5 minutes,
 //! a 60 s backup with I/O waits every 15 minutes, a parallel build of
 //! short-lived compiler processes every hour at :30, kswapd and compaction
-//! bursts. From the second hour, an incident every 20 minutes (at :05, :25
-//! and :45), cycling through the kinds of [`KINDS`] and strengths 1, 1/2
+//! bursts. From the second hour (`FIRST_INCIDENT_HOUR`), an incident every
+//! 20 minutes (at :05, :25 and :45), cycling through the kinds of [`KINDS`] and strengths 1, 1/2
 //! and 1/4 of a gross one, lasting 60, 120 or 180 s. Everything is
 //! deterministic for a seed.
 
@@ -765,19 +767,28 @@ fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (out, hours, seed) = match args.as_slice() {
-        [out] => (out, 8, 1),
-        [out, hours] => (out, hours.parse().context("HOURS")?, 1),
-        [out, hours, seed] => (
-            out,
-            hours.parse().context("HOURS")?,
-            seed.parse().context("SEED")?,
-        ),
-        _ => bail!("usage: synthday OUT [HOURS] [SEED]"),
+    let usage = "usage: hs-synthday OUT [HOURS] [SEED] [FIRST_INCIDENT_HOUR]";
+    let (out, rest) = args.split_first().context(usage)?;
+    if rest.len() > 3 {
+        bail!(usage);
+    }
+    let number = |i: usize, name: &str, default: i64| -> Result<i64> {
+        rest.get(i).map_or(Ok(default), |v| {
+            v.parse().with_context(|| format!("{name}: {v}"))
+        })
     };
+    let (hours, seed, first_incident_hour) = (
+        number(0, "HOURS", 8)?,
+        number(1, "SEED", 1)?,
+        number(2, "FIRST_INCIDENT_HOUR", 1)?,
+    );
+    let seed = u64::try_from(seed).context("SEED")?;
     let out = PathBuf::from(out);
     if out.exists() {
-        bail!("{} exists; synthday writes a new recording", out.display());
+        bail!(
+            "{} exists; hs-synthday writes a new recording",
+            out.display()
+        );
     }
     fs::create_dir_all(&out)?;
     let seconds: i64 = hours * 3600;
@@ -865,7 +876,7 @@ fn main() -> Result<()> {
     for second in 0..seconds {
         world.background(second);
         let mut extra = world.background_extra(second);
-        if second >= 3600 && second % 1200 == 300 {
+        if second >= first_incident_hour * 3600 && second % 1200 == 300 {
             world.inject(injected, second);
             injected += 1;
         }
