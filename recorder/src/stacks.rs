@@ -841,12 +841,8 @@ mod tests {
         );
     }
 
-    /// A process's first frame in anonymous executable memory (JIT code)
-    /// carries its `/tmp`, opened while it runs; later ones, and frames of
-    /// its files, do not.
-    #[test]
-    fn the_first_jit_frame_of_a_process_carries_its_tmp() {
-        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    /// A JIT (pid 11): its binary, and anonymous executable memory.
+    fn jvm(symbolizer: SyncSender<FrameRow>) -> (tempfile::TempDir, StackInterner, Running) {
         let root = tempfile::tempdir().unwrap();
         fake_process(
             root.path(),
@@ -854,12 +850,22 @@ mod tests {
             "1000-2000 r-xp 00000000 08:01 7 /nonexistent/jvm\n\
              7000-9000 rwxp 00000000 00:00 0 \n",
         );
-        let mut interner = StackInterner::new(root.path(), tx);
-        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let interner = StackInterner::new(root.path(), symbolizer);
         let running = Running {
             pid: 11,
             program: Program::default(),
         };
+        (root, interner, running)
+    }
+
+    /// A process's first frame in anonymous executable memory (JIT code)
+    /// carries its `/tmp`, opened while it runs; later ones, and frames of
+    /// its files, do not.
+    #[test]
+    fn the_first_jit_frame_of_a_process_carries_its_tmp() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let (root, mut interner, running) = jvm(tx);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
         interner.intern(
             running,
             &[],
@@ -903,19 +909,8 @@ mod tests {
     #[test]
     fn a_jit_tmp_the_full_queue_turned_away_goes_with_the_next_jit_frame() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let root = tempfile::tempdir().unwrap();
-        fake_process(
-            root.path(),
-            11,
-            "1000-2000 r-xp 00000000 08:01 7 /nonexistent/jvm\n\
-             7000-9000 rwxp 00000000 00:00 0 \n",
-        );
-        let mut interner = StackInterner::new(root.path(), tx);
+        let (_root, mut interner, running) = jvm(tx);
         let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
-        let running = Running {
-            pid: 11,
-            program: Program::default(),
-        };
         // The file frame fills the queue; the JIT frame after it is written unnamed.
         interner.intern(running, &[], &[0x1010, 0x7010], &mut stacks, &mut frames);
         assert_eq!((interner.unnamed, frames.len()), (1, 1));

@@ -200,38 +200,34 @@ fn spills_go_to_tmpdir_and_leave_nothing_behind() {
     let rec = switches(&fx, "rec", "h");
     let tmp = fx.path("tmp");
     fs::create_dir_all(&tmp).unwrap();
+    let in_tmp = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hindsight"))
+            .args(args)
+            .env("TMPDIR", &tmp)
+            .output()
+            .unwrap();
+        let left: Vec<_> = fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "left in TMPDIR by {args:?}: {left:?}");
+        out
+    };
+    let dir = rec.dir.to_str().unwrap();
     // 3 M rows sorted for the window are 24 MB of keys alone: under a
     // 16 MiB pool the sort answers only by spilling.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args([
-            "sql",
-            rec.dir.to_str().unwrap(),
-            "--memory-limit",
-            "16M",
-            "-f",
-            "csv",
-            "SELECT sum(x * rn) AS s FROM (SELECT x, row_number() OVER (ORDER BY x DESC) AS rn \
-             FROM generate_series(1, 3000000) AS t(x))",
-        ])
-        .env("TMPDIR", &tmp)
-        .output()
-        .unwrap();
+    let out = in_tmp(&[
+        "sql",
+        dir,
+        "--memory-limit",
+        "16M",
+        "-f",
+        "csv",
+        "SELECT sum(x * rn) AS s FROM (SELECT x, row_number() OVER (ORDER BY x DESC) AS rn \
+         FROM generate_series(1, 3000000) AS t(x))",
+    ]);
     // sum over x of x * (3000001 - x)
     assert_eq!(stdout(&out), "s\n4500004500001000000\n", "{}", stderr(&out));
-    let left: Vec<_> = fs::read_dir(&tmp)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args(["info", rec.dir.to_str().unwrap()])
-        .env("TMPDIR", &tmp)
-        .output()
-        .unwrap();
+    let out = in_tmp(&["info", dir]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let left: Vec<_> = fs::read_dir(&tmp)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
