@@ -12,10 +12,10 @@
 # events the recorder lost, in Markdown.
 #
 # With -p 1,2 (producers: one CPU, then two at once) it is the ring-contention
-# benchmark of issue 17: every CPU's events go through one BPF ring buffer,
-# whose reservation takes a spinlock, so what a run costs as CPUs are added is
-# what sharing the ring costs (with the caches' and the recorder's own share
-# of the CPUs).
+# benchmark of issue 17: a ring's reservation takes a spinlock and moves a
+# producer position every writer shares, so what a run costs as CPUs are added
+# is what sharing a ring costs (with the caches' and the recorder's own share
+# of the CPUs). A recorder with a ring per CPU should cost the same at 1 and 2.
 #
 #   bench/bpf_cost.sh [-l LOOPS] [-r ROUNDS] [-p PRODUCERS,...] RECORDER...
 #   bench/bpf_cost.sh /tmp/hindsight-record.before target/release/hindsight-record

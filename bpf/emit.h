@@ -45,12 +45,48 @@
 	} name SEC(".maps")
 
 /*
- * Reserve a record of `type` in `ring`, fill its header, or count one loss
- * for `kind_` in `lost_map` (HS_COUNT_LOSS).
+ * The prototype of every ring a group's HS_CPU_RINGS holds. User space makes
+ * the rings themselves, sized from --ring-size, and the kernel does not
+ * compare a ring's size with its prototype's.
+ */
+struct hs_ring {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+};
+
+/*
+ * A group's rings, looked up by the CPU a record is made on: one ring for
+ * each CPU, or for each small group of CPUs when --ring-size cannot give
+ * every CPU a ring of its own (user space puts the same ring at several
+ * CPUs' slots, and sizes the array to the possible CPUs). A ring shared by
+ * every CPU serialized them all on its spinlock and producer position: a
+ * second CPU made each record about 117 ns dearer (BENCHMARKS.md).
+ */
+#define HS_CPU_RINGS(name)                                                     \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);                      \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__array(values, struct hs_ring);                               \
+	} name SEC(".maps")
+
+/* This CPU's ring in `rings` (an HS_CPU_RINGS), or NULL if it has none. */
+#define HS_CPU_RING(rings)                                                     \
+	({                                                                     \
+		__u32 __cpu = bpf_get_smp_processor_id();                      \
+		(void *)bpf_map_lookup_elem(&(rings), &__cpu);                 \
+	})
+
+/*
+ * Reserve a record of `type` in `ring` (a ring's address, NULL counting as a
+ * full ring), fill its header, or count one loss for `kind_` in `lost_map`
+ * (HS_COUNT_LOSS).
  */
 #define HS_RESERVE(ring, lost_map, type, kind_)                                \
 	({                                                                     \
-		type *__rec = bpf_ringbuf_reserve(&(ring), sizeof(type), 0);   \
+		void *__ring = (ring);                                         \
+		type *__rec = __ring ? bpf_ringbuf_reserve(__ring, sizeof(type), 0) \
+				     : (type *)0;                              \
 		if (__rec) {                                                   \
 			__rec->h.ts = bpf_ktime_get_boot_ns();                 \
 			__rec->h.kind = (kind_);                               \
@@ -80,8 +116,8 @@
 #define HS_WAKE_EVERY 64
 #define HS_WAKE_FLAG(ring, ts, wake_now)                                       \
 	((wake_now) || (((ts) & (HS_WAKE_EVERY - 1)) == 0 &&                   \
-			bpf_ringbuf_query(&(ring), BPF_RB_AVAIL_DATA) >=       \
-				bpf_ringbuf_query(&(ring), BPF_RB_RING_SIZE) / 4) \
+			bpf_ringbuf_query((ring), BPF_RB_AVAIL_DATA) >=        \
+				bpf_ringbuf_query((ring), BPF_RB_RING_SIZE) / 4) \
 		 ? BPF_RB_FORCE_WAKEUP                                         \
 		 : BPF_RB_NO_WAKEUP)
 

@@ -24,11 +24,8 @@ char LICENSE[] SEC("license") = "GPL";
 /* One fault in `fault_sample` per CPU is sent; set before load. */
 const volatile __u32 fault_sample = 1;
 
-/* Sized by user space before load (--ring-size). */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} fault_events SEC(".maps");
+/* Filled and sized by user space before attach (--ring-size). */
+HS_CPU_RINGS(fault_rings);
 
 /* Records that found the ring full, per CPU and per kind. */
 HS_LOSS_MAP(fault_lost);
@@ -53,8 +50,9 @@ static __always_inline int emit_fault(unsigned long address, struct pt_regs *reg
 			return 0;
 		*seen = 0;
 	}
+	void *ring = HS_CPU_RING(fault_rings);
 	struct hs_fault *e =
-		HS_RESERVE(fault_events, fault_lost, struct hs_fault, HS_KIND_FAULT);
+		HS_RESERVE(ring, fault_lost, struct hs_fault, HS_KIND_FAULT);
 	if (!e)
 		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
@@ -65,7 +63,7 @@ static __always_inline int emit_fault(unsigned long address, struct pt_regs *reg
 	e->error_code = error_code;
 	e->kernel = kernel;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	HS_SUBMIT(fault_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 

@@ -59,7 +59,7 @@ static __always_inline int emit_task_move(__u32 event, struct task_struct *src,
 					  int dst_cpu)
 {
 	struct hs_numa *e =
-		HS_RESERVE(numa_events, numa_lost, struct hs_numa, HS_KIND_NUMA);
+		HS_RESERVE(&numa_events, numa_lost, struct hs_numa, HS_KIND_NUMA);
 	if (!e)
 		return 0;
 	e->event = event;
@@ -76,7 +76,7 @@ static __always_inline int emit_task_move(__u32 event, struct task_struct *src,
 	e->reason = HS_MR_UNKNOWN;
 	e->pages_succeeded = 0;
 	e->pages_failed = 0;
-	HS_SUBMIT(numa_events, e);
+	HS_SUBMIT(&numa_events, e);
 	return 0;
 }
 
@@ -125,7 +125,7 @@ static __always_inline int emit_migrate(unsigned long succeeded,
 					unsigned long failed, int reason)
 {
 	struct hs_numa *e =
-		HS_RESERVE(numa_events, numa_lost, struct hs_numa, HS_KIND_NUMA);
+		HS_RESERVE(&numa_events, numa_lost, struct hs_numa, HS_KIND_NUMA);
 	if (!e)
 		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
@@ -142,7 +142,7 @@ static __always_inline int emit_migrate(unsigned long succeeded,
 	e->reason = hs_reason(reason);
 	e->pages_succeeded = succeeded;
 	e->pages_failed = failed;
-	HS_SUBMIT(numa_events, e);
+	HS_SUBMIT(&numa_events, e);
 	return 0;
 }
 

@@ -16,11 +16,8 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Sized by user space before load (--ring-size). */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} sched_events SEC(".maps");
+/* Filled and sized by user space before attach (--ring-size). */
+HS_CPU_RINGS(sched_rings);
 
 /* Records that found the ring full, per CPU and per kind. */
 HS_LOSS_MAP(sched_lost);
@@ -97,15 +94,16 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 			if (size > sizeof(*c))
 				size = sizeof(*c);
 		}
-		HS_OUTPUT(sched_events, sched_lost, c, size, HS_KIND_SWITCH_STACK, false);
+		HS_OUTPUT(HS_CPU_RING(sched_rings), sched_lost, c, size, HS_KIND_SWITCH_STACK, false);
 		return 0;
 	}
+	void *ring = HS_CPU_RING(sched_rings);
 	struct hs_switch *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_switch, HS_KIND_SWITCH);
+		HS_RESERVE(ring, sched_lost, struct hs_switch, HS_KIND_SWITCH);
 	if (!e)
 		return 0;
 	fill_switch(e, preempt, prev, next, prev_state);
-	HS_SUBMIT(sched_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 
@@ -175,8 +173,9 @@ int BPF_PROG(hs_sched_waking, struct task_struct *p)
 
 static __always_inline int emit_wakeup(struct task_struct *p, __u8 new_task)
 {
+	void *ring = HS_CPU_RING(sched_rings);
 	struct hs_wakeup *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_wakeup, HS_KIND_WAKEUP);
+		HS_RESERVE(ring, sched_lost, struct hs_wakeup, HS_KIND_WAKEUP);
 	if (!e)
 		return 0;
 	/* A new task is woken by its parent, which is current; so is any task
@@ -191,7 +190,7 @@ static __always_inline int emit_wakeup(struct task_struct *p, __u8 new_task)
 	e->prio = p->prio;
 	e->new_task = new_task;
 	__builtin_memcpy(e->comm, p->comm, HS_COMM_LEN);
-	HS_SUBMIT(sched_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 
@@ -211,8 +210,9 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(hs_sched_process_fork, struct task_struct *parent,
 	     struct task_struct *child)
 {
+	void *ring = HS_CPU_RING(sched_rings);
 	struct hs_fork *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_fork, HS_KIND_FORK);
+		HS_RESERVE(ring, sched_lost, struct hs_fork, HS_KIND_FORK);
 	if (!e)
 		return 0;
 	e->parent_tid = parent->pid;
@@ -221,7 +221,7 @@ int BPF_PROG(hs_sched_process_fork, struct task_struct *parent,
 	e->child_pid = child->tgid;
 	e->child_ppid = ppid_of(child);
 	__builtin_memcpy(e->comm, child->comm, HS_COMM_LEN);
-	HS_SUBMIT(sched_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 
@@ -229,8 +229,9 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(hs_sched_process_exec, struct task_struct *p, pid_t old_tid,
 	     struct linux_binprm *bprm)
 {
+	void *ring = HS_CPU_RING(sched_rings);
 	struct hs_exec *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_exec, HS_KIND_EXEC);
+		HS_RESERVE(ring, sched_lost, struct hs_exec, HS_KIND_EXEC);
 	if (!e)
 		return 0;
 	e->tid = p->pid;
@@ -249,15 +250,16 @@ int BPF_PROG(hs_sched_process_exec, struct task_struct *p, pid_t old_tid,
 	if (bpf_probe_read_user(e->cmdline, len, (void *)arg_start) != 0)
 		len = 0;
 	e->cmdline_len = len;
-	HS_SUBMIT(sched_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(hs_sched_process_exit, struct task_struct *p)
 {
+	void *ring = HS_CPU_RING(sched_rings);
 	struct hs_exit *e =
-		HS_RESERVE(sched_events, sched_lost, struct hs_exit, HS_KIND_EXIT);
+		HS_RESERVE(ring, sched_lost, struct hs_exit, HS_KIND_EXIT);
 	if (!e)
 		return 0;
 	e->tid = p->pid;
@@ -265,7 +267,7 @@ int BPF_PROG(hs_sched_process_exit, struct task_struct *p)
 	e->ppid = ppid_of(p);
 	e->exit_code = p->exit_code;
 	__builtin_memcpy(e->comm, p->comm, HS_COMM_LEN);
-	HS_SUBMIT(sched_events, e);
+	HS_SUBMIT(ring, e);
 	return 0;
 }
 

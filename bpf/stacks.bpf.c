@@ -115,7 +115,7 @@ int hs_cpu_sample(struct bpf_perf_event_data *ctx)
 			young = true;
 		}
 	}
-	HS_OUTPUT(stack_events, stack_lost, c, size, HS_KIND_SAMPLE, young);
+	HS_OUTPUT(&stack_events, stack_lost, c, size, HS_KIND_SAMPLE, young);
 	return 0;
 }
 

@@ -83,7 +83,7 @@ int BPF_PROG(hs_sched_process_free, struct task_struct *p)
 	struct signal_struct *sig = p->signal;
 	if (!sig)
 		return 0;
-	struct hs_task_exit *e = HS_RESERVE(task_events, task_lost,
+	struct hs_task_exit *e = HS_RESERVE(&task_events, task_lost,
 					    struct hs_task_exit, HS_KIND_TASK_EXIT);
 	__u64 key = (__u64)p;
 	struct hs_exited *ended = bpf_map_lookup_elem(&exited, &key);
@@ -118,7 +118,7 @@ int BPF_PROG(hs_sched_process_free, struct task_struct *p)
 	}
 	e->pad = 0;
 	__builtin_memcpy(e->comm, p->comm, HS_COMM_LEN);
-	HS_SUBMIT(task_events, e);
+	HS_SUBMIT(&task_events, e);
 	return 0;
 }
 

@@ -2,13 +2,17 @@
 //! per event group, with the checks that turn kernel refusals into one line
 //! that says what is needed.
 
-use std::{mem::MaybeUninit, path::Path};
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsFd, AsRawFd},
+    path::Path,
+};
 
 use anyhow::Context;
 use libbpf_rs::{
     btf::{Btf, BtfType},
     skel::{OpenSkel, Skel, SkelBuilder},
-    Link, MapCore, MapFlags, Object, OpenObject,
+    Link, MapCore, MapFlags, MapHandle, MapType, Object, OpenObject,
 };
 use thiserror::Error;
 
@@ -338,9 +342,71 @@ impl Attached {
     }
 }
 
+/// The least a ring of `HS_CPU_RINGS` holds: where `--ring-size` cannot give
+/// every CPU this much, CPUs share rings, a few to a ring.
+const CPU_RING_FLOOR: u32 = 256 << 10;
+
+/// How `total` bytes of ring (a power of two) are split between `cpus`
+/// CPUs: the number of rings and the bytes of each (a power of two, so the
+/// rings together never take more than `total`). One ring per CPU where each
+/// can have [`CPU_RING_FLOOR`]; fewer, shared by CPU `i % rings`, where not.
+pub fn cpu_ring_layout(total: u32, cpus: usize) -> (usize, u32) {
+    let by_size = (total / CPU_RING_FLOOR).max(1) as usize;
+    let rings = cpus.clamp(1, by_size);
+    let each = total / rings as u32;
+    // The largest power of two not above an even share.
+    let each = 1u32 << (31 - each.leading_zeros());
+    (rings, each)
+}
+
+/// The possible CPUs: the slots an `HS_CPU_RINGS` array needs.
+fn possible_cpus() -> anyhow::Result<usize> {
+    libbpf_rs::num_possible_cpus().context("reading the possible CPUs")
+}
+
+/// Makes the rings of an `HS_CPU_RINGS` array of a loaded (not yet attached)
+/// group, `total` bytes between them (see [`cpu_ring_layout`]), and puts
+/// each CPU's in its slot. The caller keeps them to poll: the array's
+/// references keep them alive for the programs, not for user space.
+fn fill_cpu_rings(outer: &dyn MapCore, total: u32, group: &str) -> anyhow::Result<Vec<MapHandle>> {
+    let cpus = possible_cpus()?;
+    let (count, each) = cpu_ring_layout(total, cpus);
+    let options = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>()
+            as libbpf_rs::libbpf_sys::size_t,
+        ..Default::default()
+    };
+    let rings = (0..count)
+        .map(|_| {
+            MapHandle::create(
+                MapType::RingBuf,
+                Some(format!("{group}_ring")),
+                0,
+                0,
+                each,
+                &options,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("making the {group} ring buffers ({count} of {each} bytes)"))?;
+    for cpu in 0..cpus {
+        let ring = rings[cpu % count].as_fd().as_raw_fd() as u32;
+        outer
+            .update(
+                &(cpu as u32).to_ne_bytes(),
+                &ring.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("giving CPU {cpu} its {group} ring buffer"))?;
+    }
+    Ok(rings)
+}
+
 /// The loaded `sched` group: its skeleton and the links that keep it attached.
 pub struct SchedProbes<'obj> {
     pub skel: sched::SchedSkel<'obj>,
+    /// The rings of `skel.maps.sched_rings`, to poll; each CPU writes to one.
+    pub rings: Vec<MapHandle>,
     pub links: Attached,
     /// Tracepoints that were missing or refused to attach; recording goes on without them.
     pub skipped: Vec<String>,
@@ -375,26 +441,30 @@ pub fn load_sched<'obj>(
     rodata.off_cpu_stacks = off_cpu_stacks != OffCpuStacks::No;
     rodata.copy_user_stack = off_cpu_stacks == OffCpuStacks::Unwound;
     open.maps
-        .sched_events
-        .set_max_entries(ring_size)
-        .context("sizing the sched ring buffer")?;
+        .sched_rings
+        .set_max_entries(possible_cpus()? as u32)
+        .context("sizing the sched ring buffers' array")?;
     let mut skipped = skip_missing(open.open_object_mut(), catalog);
     let mut skel = open
         .load()
         .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
     forget_libbpf_log();
+    let rings = fill_cpu_rings(&skel.maps.sched_rings, ring_size, "sched")?;
     let links = attach_loaded("sched", skel.object_mut(), &mut skipped)?;
     Ok(SchedProbes {
         skel,
+        rings,
         links: Attached::new(links),
         skipped,
     })
 }
 
-/// The loaded `faults` group. Poll `skel.maps.fault_events` (ring buffer of
-/// `hs_fault` records) and read losses from `skel.maps.fault_lost`.
+/// The loaded `faults` group. Poll `rings` (ring buffers of `hs_fault`
+/// records) and read losses from `skel.maps.fault_lost`.
 pub struct FaultProbes<'obj> {
     pub skel: faults::FaultsSkel<'obj>,
+    /// The rings of `skel.maps.fault_rings`, to poll; each CPU writes to one.
+    pub rings: Vec<MapHandle>,
     pub links: Attached,
     /// Tracepoints that were missing or refused to attach.
     pub skipped: Vec<String>,
@@ -415,9 +485,9 @@ pub fn load_faults<'obj>(
         .open(object)
         .context("opening the faults BPF object")?;
     open.maps
-        .fault_events
-        .set_max_entries(ring_size)
-        .context("sizing the faults ring buffer")?;
+        .fault_rings
+        .set_max_entries(possible_cpus()? as u32)
+        .context("sizing the faults ring buffers' array")?;
     open.maps
         .rodata_data
         .as_deref_mut()
@@ -428,9 +498,11 @@ pub fn load_faults<'obj>(
         .load()
         .map_err(|e| Unsupported::LoadRefused(refusal(&e)))?;
     forget_libbpf_log();
+    let rings = fill_cpu_rings(&skel.maps.fault_rings, ring_size, "faults")?;
     let links = attach_loaded("faults", skel.object_mut(), &mut skipped)?;
     Ok(FaultProbes {
         skel,
+        rings,
         links: Attached::new(links),
         skipped,
         fault_sample,
@@ -770,6 +842,29 @@ mod tests {
             "{here:?} for possible CPUs {possible:?}"
         );
         assert!(here.iter().all(|n| n.is_some()), "{here:?}");
+    }
+
+    #[test]
+    fn every_cpu_gets_a_ring_of_its_own_while_each_can_have_the_floor() {
+        // The default 4M on this machine's 2 CPUs: a ring each, half of it each.
+        assert_eq!(cpu_ring_layout(4 << 20, 2), (2, 2 << 20));
+        assert_eq!(cpu_ring_layout(4 << 20, 1), (1, 4 << 20));
+        // Shares round down to a power of two: never more than the total.
+        assert_eq!(cpu_ring_layout(4 << 20, 3), (3, 1 << 20));
+        assert_eq!(cpu_ring_layout(4 << 20, 16), (16, 256 << 10));
+        // Past the floor, CPUs share: 64 CPUs on 4M have 16 rings, 4 CPUs a ring.
+        assert_eq!(cpu_ring_layout(4 << 20, 64), (16, 256 << 10));
+        assert_eq!(cpu_ring_layout(64 << 20, 64), (64, 1 << 20));
+        // A total under the floor is one ring of all of it.
+        assert_eq!(cpu_ring_layout(64 << 10, 8), (1, 64 << 10));
+        for cpus in 1..=512 {
+            for total in (16..=30).map(|bits| 1u32 << bits) {
+                let (rings, each) = cpu_ring_layout(total, cpus);
+                assert!(rings >= 1 && rings <= cpus, "{total} on {cpus}");
+                assert!(each.is_power_of_two() && rings as u64 * each as u64 <= total as u64);
+                assert!(each >= CPU_RING_FLOOR.min(total), "{total} on {cpus}");
+            }
+        }
     }
 
     #[test]

@@ -142,9 +142,10 @@ pub struct Args {
     pub off_cpu_stacks: bool,
 
     /// Size of the BPF ring buffers between kernel and recorder (a power of two; e.g. 8M):
-    /// the sched and faults rings' size; the sampler's ring is an eighth of it (at least
-    /// 1 MiB). Their pages are resident twice over; larger rings ride out longer bursts
-    /// without drops, at twice their size in memory.
+    /// the sched and faults groups' size each, split between rings of one CPU each (or
+    /// of a few CPUs, where each CPU cannot have 256K); the sampler's ring is an eighth
+    /// of it (at least 1 MiB). Their pages are resident twice over; larger rings ride out
+    /// longer bursts without drops, at twice their size in memory.
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
     pub ring_size: u64,
 

@@ -32,13 +32,13 @@ fn page_size() -> usize {
 }
 
 /// Every record waiting in `ring`, decoded.
-fn drain_ring(ring: &dyn MapCore) -> AllRows {
+fn drain_rings(rings: &[&dyn MapCore]) -> AllRows {
     let decoder = Decoder::new(OFFSET);
     let mut rows = AllRows::default();
-    {
+    for ring in rings {
         let mut builder = RingBufferBuilder::new();
         builder
-            .add(ring, |data: &[u8]| {
+            .add(*ring, |data: &[u8]| {
                 decoder
                     .decode(data, &mut rows)
                     .expect("a record we can decode");
@@ -90,7 +90,14 @@ fn every_fresh_page_written_is_a_page_fault_row() {
     };
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    let rows = &mut drain_ring(&probes.skel.maps.fault_events).page_fault;
+    let rows = &mut drain_rings(
+        &probes
+            .rings
+            .iter()
+            .map(|r| r as &dyn MapCore)
+            .collect::<Vec<_>>(),
+    )
+    .page_fault;
     let b: RecordBatch = rows.finish();
     // SAFETY: unmapping what we mapped.
     unsafe { libc::munmap(base as *mut libc::c_void, len) };
@@ -262,7 +269,7 @@ fn compaction_shows_as_migrate_pages_rows() {
     std::fs::write("/proc/sys/vm/compact_memory", "1").unwrap();
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    let b = drain_ring(&probes.skel.maps.numa_events)
+    let b = drain_rings(&[&probes.skel.maps.numa_events])
         .numa_event
         .finish();
     let tids = b.column_by_name("tid").unwrap().as_primitive::<Int32Type>();
@@ -412,5 +419,83 @@ fn mmap_faults_are_accesses_and_their_windows_are_fault_around() {
     assert!(
         (1..=PAGES as i64).contains(&around),
         "{around} pages in fault-around windows for {PAGES} mapped pages"
+    );
+}
+
+/// Each CPU's switches go to its own ring: a thread pinned to each CPU
+/// sleeps a known number of times, and every ring holds only the records of
+/// the CPUs it was given (CPU `i % rings`), its thread's sleeps among them.
+#[test]
+fn each_cpu_writes_its_own_ring() {
+    const SLEEPS: usize = 500;
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_sched(&mut object, 4 << 20, crate::bpf::OffCpuStacks::No, &catalog).unwrap();
+    let online = crate::procfs::parse_cpu_list(
+        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
+    );
+    let count = probes.rings.len();
+    assert_eq!(
+        count,
+        crate::bpf::cpu_ring_layout(4 << 20, libbpf_rs::num_possible_cpus().unwrap()).0
+    );
+    assert!(
+        count >= online.len().min(16),
+        "{count} rings for CPUs {online:?}"
+    );
+
+    let sleepers: Vec<(u32, i32)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = online
+            .iter()
+            .map(|&cpu| {
+                scope.spawn(move || {
+                    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it.
+                    unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(cpu as usize, &mut set);
+                        assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
+                    }
+                    for _ in 0..SLEEPS {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
+                    // SAFETY: gettid has no preconditions.
+                    (cpu, unsafe { libc::gettid() })
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    probes.links.detach();
+
+    for (index, ring) in probes.rings.iter().enumerate() {
+        let b = drain_rings(&[ring]).sched_switch.finish();
+        let cpus = b.column_by_name("cpu").unwrap().as_primitive::<Int32Type>();
+        let tids = b
+            .column_by_name("prev_tid")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        assert!(b.num_rows() > 0, "ring {index} of {count} is empty");
+        for row in 0..b.num_rows() {
+            assert_eq!(
+                cpus.value(row) as usize % count,
+                index,
+                "ring {index} of {count}"
+            );
+        }
+        for &(cpu, tid) in sleepers
+            .iter()
+            .filter(|(cpu, _)| *cpu as usize % count == index)
+        {
+            let slept = (0..b.num_rows()).filter(|&r| tids.value(r) == tid).count();
+            assert!(
+                slept >= SLEEPS,
+                "CPU {cpu}'s thread left its CPU {slept} times in ring {index}"
+            );
+        }
+    }
+    assert_eq!(
+        lost(&probes.skel.maps.sched_lost, 1),
+        0,
+        "a ring overflowed"
     );
 }

@@ -1,13 +1,13 @@
 //! `hindsight-record`: the flight recorder.
 //!
 //! It attaches BPF programs to kernel tracepoints, decodes what they send
-//! through a ring buffer straight into Arrow builders, and writes zstd
+//! through ring buffers (one per CPU for the busy groups) straight into Arrow builders, and writes zstd
 //! Parquet chunks into a recording directory whose layout and schemas come
 //! from `hindsight-schemas`. It is production software on other people's
 //! machines, so:
 //!
 //! - memory is bounded: rows are written in batches of at most
-//!   [`recorder::BATCH_ROWS`] per table, and the ring buffer has a fixed size;
+//!   [`recorder::BATCH_ROWS`] per table, and the ring buffers share a fixed size;
 //! - what it cannot record is recorded: ring-buffer overflows are counted
 //!   per CPU in BPF and land in the `loss` table;
 //! - every file a reader can see is complete (see [`sink`]), also after

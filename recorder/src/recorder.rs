@@ -553,7 +553,39 @@ fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> (i32, Inst
             .unwrap_or(libc::EIO);
         return (-errno, woke);
     }
-    (ring.consume_raw_n(DRAIN_BUDGET), woke)
+    (drain_evenly(ring, DRAIN_BUDGET), woke)
+}
+
+/// Drains at most `budget` records from the rings of `rings`: an even share
+/// of it from each ring first, then what is left of it, ring by ring.
+/// libbpf's own consume offers the whole budget to the rings in order, so
+/// under a storm the first CPUs' rings would take all of it every turn and
+/// the losses would all fall on the other CPUs. Returns the records drained
+/// or a negative errno, as `consume_raw_n` does.
+fn drain_evenly(rings: &libbpf_rs::RingBuffer, budget: usize) -> i32 {
+    use libbpf_rs::{libbpf_sys, AsRawLibbpf};
+    let raw = rings.as_libbpf_object().as_ptr();
+    // SAFETY: `raw` is a live ring_buffer; an index past its rings gives NULL.
+    let ring = |i: usize| unsafe { libbpf_sys::ring_buffer__ring(raw, i as u32) };
+    let count = (0..).take_while(|&i| !ring(i).is_null()).count();
+    let share = (budget / count.max(1)).max(1);
+    let mut drained = 0;
+    for whole_rest in [false, true] {
+        for i in 0..count {
+            let left = budget - drained;
+            if left == 0 {
+                return drained as i32;
+            }
+            let offer = if whole_rest { left } else { share.min(left) };
+            // SAFETY: ring(i) is one of the live rings counted above.
+            let n = unsafe { libbpf_sys::ring__consume_n(ring(i), offer as _) };
+            if n < 0 {
+                return n;
+            }
+            drained += n as usize;
+        }
+    }
+    drained as i32
 }
 
 /// Timer rounds that fell due but were skipped because the loop came back
@@ -966,11 +998,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut rings: Vec<&dyn MapCore> = Vec::new();
     let mut lost_maps: Vec<&dyn MapCore> = Vec::new();
     if let Some(p) = &sched {
-        rings.push(&p.skel.maps.sched_events);
+        rings.extend(p.rings.iter().map(|r| r as &dyn MapCore));
         lost_maps.push(&p.skel.maps.sched_lost);
     }
     if let Some(p) = &faults {
-        rings.push(&p.skel.maps.fault_events);
+        rings.extend(p.rings.iter().map(|r| r as &dyn MapCore));
         lost_maps.push(&p.skel.maps.fault_lost);
     }
     if let Some(p) = &numa {
