@@ -4,7 +4,8 @@
 //!
 //! Format: a sequence of *entries*, each a complete, self-contained Arrow
 //! IPC stream (schema with the file's key-value metadata, dictionaries, one
-//! record batch, end-of-stream marker; buffers zstd-compressed). An entry is
+//! record batch, end-of-stream marker; buffers zstd-compressed unless the
+//! batch is small). An entry is
 //! appended with one `write`; a journal torn by a kill or a full disk ends
 //! in at most one partial entry, which a reader drops: [`JournalReader`]
 //! yields every complete entry before it and says the tail was torn.
@@ -46,6 +47,14 @@ const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 const MAX_ENTRY_ROWS: i64 = 1 << 24;
 const MAX_INFLATED_BUFFER: i64 = 256 << 20;
 
+/// Batches smaller than this (in Arrow's memory) are journaled uncompressed.
+/// An idle recorder journals a few hundred counter rows a second; making a
+/// zstd context and compressing each of their buffers was about a tenth of
+/// its CPU (a profile of `--events counters,tasks`), to save a few KiB of a
+/// file that lives a minute. The IPC format flags compression per message,
+/// so readers take both.
+const COMPRESS_FROM_BYTES: usize = 256 << 10;
+
 /// One journal entry for `batch`, with `metadata` (the chunk's Parquet
 /// key-value metadata) on its schema so a journal alone says what it is.
 pub fn encode_entry(
@@ -53,9 +62,13 @@ pub fn encode_entry(
     metadata: &HashMap<String, String>,
 ) -> Result<Vec<u8>, ArrowError> {
     let schema = Schema::new_with_metadata(batch.schema().fields().clone(), metadata.clone());
-    let options = IpcWriteOptions::default()
-        .try_with_compression(Some(CompressionType::ZSTD))?
-        .try_with_compression_level(Some(ZSTD_LEVEL))?;
+    let options = if batch.get_array_memory_size() >= COMPRESS_FROM_BYTES {
+        IpcWriteOptions::default()
+            .try_with_compression(Some(CompressionType::ZSTD))?
+            .try_with_compression_level(Some(ZSTD_LEVEL))?
+    } else {
+        IpcWriteOptions::default()
+    };
     let mut writer = StreamWriter::try_new_with_options(Vec::new(), &schema, options)?;
     writer.write(batch)?;
     writer.finish()?;
@@ -339,6 +352,33 @@ mod tests {
         let ts = read[2].column(0).as_primitive::<TimestampNanosecondType>();
         assert_eq!(ts.value(2), 302);
         assert!(read[0].column(1).is_null(1));
+    }
+
+    /// A small batch is journaled as it is, a large one compressed, and a
+    /// journal of both reads back whole.
+    #[test]
+    fn small_entries_go_uncompressed_and_large_ones_compressed() {
+        let small = batch(1, &["ring_full:sched_switch"; 100]);
+        let large = batch(1_000, &["ring_full:sched_switch"; 20_000]);
+        assert!(small.get_array_memory_size() < COMPRESS_FROM_BYTES);
+        assert!(large.get_array_memory_size() >= COMPRESS_FROM_BYTES);
+        let uncompressed = |b: &RecordBatch| {
+            let mut writer = StreamWriter::try_new(Vec::new(), &b.schema()).unwrap();
+            writer.write(b).unwrap();
+            writer.finish().unwrap();
+            writer.into_inner().unwrap().len()
+        };
+        let small_entry = encode_entry(&small, &HashMap::new()).unwrap().len();
+        let large_entry = encode_entry(&large, &HashMap::new()).unwrap().len();
+        assert_eq!(small_entry, uncompressed(&small));
+        assert!(
+            large_entry * 4 < uncompressed(&large),
+            "{large_entry} of {}",
+            uncompressed(&large)
+        );
+        let (bytes, _) = journal(&[small.clone(), large.clone(), small.clone()]);
+        let read: Vec<RecordBatch> = JournalReader::new(Cursor::new(bytes)).collect();
+        assert_eq!(read, [small.clone(), large, small]);
     }
 
     /// Cut anywhere, a journal yields exactly the entries that ended before
