@@ -1176,7 +1176,8 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 failure = Some(e);
                 break;
             }
-            let retired = retention.while_open(retention::now_ns());
+            let open_bytes = c.writer.stats.open_chunk_bytes.load(Ordering::Relaxed);
+            let retired = retention.while_open(open_bytes, retention::now_ns());
             if !retired.is_empty() {
                 recording.meta.retired.extend(retired);
                 if let Err(e) = save_recording(&recording) {

@@ -155,6 +155,8 @@ struct OpenChunk {
     pending: RowGroupBuffer,
     /// Whether the directory entries of the new files have been fsynced.
     dir_synced: bool,
+    /// `journal_len` at the last fsync: a journal not grown since needs none.
+    synced_len: u64,
 }
 
 /// Writes one table's chunks.
@@ -449,6 +451,16 @@ impl TableSink {
             journal_len: 0,
             pending: RowGroupBuffer::default(),
             dir_synced: false,
+            synced_len: 0,
+        })
+    }
+
+    /// Bytes of the open chunk's files: its journal's complete entries and
+    /// what its Parquet file has been given so far.
+    pub fn open_bytes(&self) -> u64 {
+        self.open.as_ref().map_or(0, |chunk| {
+            let parquet = chunk.parquet.as_ref().map_or(0, |w| w.bytes_written());
+            chunk.journal_len + parquet as u64
         })
     }
 
@@ -458,10 +470,16 @@ impl TableSink {
         let Some(chunk) = self.open.as_mut() else {
             return Ok(());
         };
+        if chunk.synced_len == chunk.journal_len && chunk.dir_synced {
+            // Nothing appended since: fsyncing idle tables' journals took
+            // about 8 % of an idle recorder's CPU.
+            return Ok(());
+        }
         chunk
             .journal
             .sync_data()
             .with_context(|| format!("fsync {}", self.dir.shown(&chunk.journal_name).display()))?;
+        chunk.synced_len = chunk.journal_len;
         if !chunk.dir_synced {
             self.dir
                 .sync()

@@ -87,6 +87,9 @@ pub struct WriterStats {
     /// The most disk the last closed chunk took while open (journals and
     /// Parquet files of every table): the room retention keeps for the next.
     pub last_chunk_peak_bytes: AtomicU64,
+    /// What the open chunk's files (and journals a full disk kept from
+    /// closing) take on disk so far, after the last job: retention's measure.
+    pub open_chunk_bytes: AtomicU64,
     /// Rows not written for a full disk, per table (index of `TABLES`),
     /// not yet reported in `loss`: the recording loop takes them.
     pub dropped: Vec<AtomicU64>,
@@ -104,6 +107,7 @@ impl Default for WriterStats {
             bytes_written: AtomicU64::new(0),
             files: AtomicU64::new(0),
             last_chunk_peak_bytes: AtomicU64::new(0),
+            open_chunk_bytes: AtomicU64::new(0),
             dropped: TABLES.iter().map(|_| AtomicU64::new(0)).collect(),
             dropped_total: AtomicU64::new(0),
             disk_full: AtomicBool::new(false),
@@ -380,6 +384,8 @@ impl WriterThread {
                 }) => self.write(table, &batch, &file_name)?,
                 Ok(Job::Close { done }) => {
                     let result = self.close_chunks();
+                    // Before the answer: whoever waited reads it next.
+                    self.count_open_bytes();
                     let failed = result.is_err();
                     let _ = done.send(result);
                     if failed {
@@ -389,6 +395,7 @@ impl WriterThread {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
+            self.count_open_bytes();
             if last_sync.elapsed() >= self.sync_every {
                 last_sync = Instant::now();
                 self.sync()?;
@@ -498,6 +505,22 @@ impl WriterThread {
                 outage.dropped
             );
         }
+    }
+
+    /// Publishes what the open chunk's files take (see `open_chunk_bytes`).
+    fn count_open_bytes(&self) {
+        let deferred: u64 = self
+            .deferred
+            .iter()
+            .map(|(table, journal)| {
+                let path = self.recording.join(table.name).join(journal);
+                std::fs::metadata(path).map_or(0, |m| m.len())
+            })
+            .sum();
+        let open: u64 = self.sinks.iter().map(|s| s.open_bytes()).sum();
+        self.stats
+            .open_chunk_bytes
+            .store(open + deferred, Ordering::Relaxed);
     }
 
     /// fsyncs every open journal; fails if the recording directory is gone.
@@ -746,6 +769,60 @@ mod tests {
             held_totals(&written),
             [(None, "disk_full:sched_switch".into(), 7, 40_000)]
         );
+    }
+
+    /// Retention's measure of the open chunk is what its hidden files hold
+    /// on disk, counted by the writer rather than listed: their size, with
+    /// what is still buffered for them, and nothing once the chunk is closed.
+    #[test]
+    fn the_open_chunks_bytes_are_what_its_files_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer::start(
+            &PrivateDir::open(dir.path()).unwrap(),
+            &stamp(),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let stats = Arc::clone(&writer.stats);
+        let name = "a-000000.parquet";
+        let rows: Vec<(i64, i32)> = (0..40_000).map(|i| (i, (i % 2) as i32)).collect();
+        writer.write(&SCHED_SWITCH, switches(&rows), name).unwrap();
+        writer
+            .write(
+                &LOSS,
+                losses(&[(7, None, "ring_full:sched_switch", 3)]),
+                name,
+            )
+            .unwrap();
+        let hidden = || -> u64 {
+            ["sched_switch", "loss"]
+                .iter()
+                .flat_map(|t| std::fs::read_dir(dir.path().join(t)).unwrap())
+                .map(Result::unwrap)
+                .filter(|f| f.file_name().to_string_lossy().starts_with('.'))
+                .map(|f| f.metadata().unwrap().len())
+                .sum()
+        };
+        wait_for("the writer counted both tables' files", || {
+            stats.open_chunk_bytes.load(Ordering::Relaxed) >= hidden() && hidden() > 0
+        });
+        writer.close_chunk().unwrap();
+        assert_eq!(
+            stats.open_chunk_bytes.load(Ordering::Relaxed),
+            0,
+            "after the close"
+        );
+        writer
+            .write(&SCHED_SWITCH, switches(&rows), "b-000001.parquet")
+            .unwrap();
+        // What the Parquet writer was given is counted, also the part still
+        // in its file's 256 KiB buffer: the room it will take.
+        wait_for("the next chunk's files", || {
+            let counted = stats.open_chunk_bytes.load(Ordering::Relaxed);
+            let on_disk = hidden();
+            on_disk > 0 && (on_disk..=on_disk + (256 << 10)).contains(&counted)
+        });
+        writer.join().unwrap();
     }
 
     /// The recording thread asks for a close and goes on writing: what it
