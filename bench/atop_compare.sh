@@ -11,7 +11,8 @@
 #   atop       `atop -w FILE 10`: atop's raw log, one sample of the system and
 #              of every process every 10 s;
 #   hindsight  `hindsight-record --output DIR --events counters,tasks
-#              --interval 1s --task-interval 10s`: system counters every 1 s,
+#              --interval INTERVAL --task-interval 10s`: system counters every
+#              INTERVAL (1 s unless set),
 #              a snapshot of every process every 10 s, files rolled every 60 s
 #              (the default --chunk: one zstd Parquet file per table per minute);
 #   full       (unless FULL=0) `hindsight-record --output DIR2` at its defaults
@@ -38,7 +39,8 @@
 #   bench/atop_compare.sh                       # one hour, samples every 10 min
 #   DURATION=600 SAMPLE=60 bench/atop_compare.sh   # quicker
 #   FULL=0 bench/atop_compare.sh                # without the third config
-# Environment: DURATION (s, default 3600), SAMPLE (s, default 600), FULL
+# Environment: DURATION (s, default 3600), SAMPLE (s, default 600), INTERVAL
+# (hindsight's --interval, default 1s; 10s is atop's own), FULL
 # (1/0, default 1), BIN (dir with hindsight-record and hindsight, default
 # target/release of this repo; both are copied to WORK first so a rebuild
 # during the run does not matter), WORK (default: a new mktemp -d dir; the
@@ -47,6 +49,7 @@ set -euo pipefail
 
 DURATION=${DURATION:-3600}
 SAMPLE=${SAMPLE:-600}
+INTERVAL=${INTERVAL:-1s}
 FULL=${FULL:-1}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$REPO/target/release}
@@ -98,7 +101,7 @@ echo "# processes at start: $(nprocs), threads: $(nthreads)"
 
 atop -w "$ATOP_LOG" 10 >"$WORK/atop.out" 2>&1 &
 APID=$!
-"$HREC" --output "$HDIR" --events counters,tasks --interval 1s --task-interval 10s \
+"$HREC" --output "$HDIR" --events counters,tasks --interval "$INTERVAL" --task-interval 10s \
     >"$WORK/hindsight.out" 2>&1 &
 HPID=$!
 FPID=
@@ -190,7 +193,7 @@ row() {   # name cpu_s hwm_kb bytes
 echo "| tool                                 | CPU s     | CPU %   | max RSS MiB | bytes      | bytes/day      |"
 echo "|--------------------------------------|-----------|---------|-----------|--------------|----------------|"
 row "atop -w 10" "$A_CPU" "$A_HWM" "$A_B"
-row "hindsight counters,tasks 1s/10s" "$H_CPU" "$H_HWM" "$H_B"
+row "hindsight counters,tasks $INTERVAL/10s" "$H_CPU" "$H_HWM" "$H_B"
 [[ -n $FPID ]] && row "hindsight defaults (NOT comparable)" "$F_CPU" "$F_HWM" "$F_B"
 echo
 CPU_OK=$(awk -v h="$H_CPU" -v a="$A_CPU" 'BEGIN { print (h < a) ? "MET" : "NOT met" }')
