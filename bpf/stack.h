@@ -82,8 +82,9 @@ static __always_inline __u32 hs_copy_user_stack(struct hs_user_regs *regs, __u8 
 
 /*
  * Sends the first `size` bytes of `rec` (a per-CPU scratch record) to
- * `ring` (as HS_RESERVE takes it), or counts one loss for `kind_` in `lost_map`; wakes the recorder
- * when `wake_now`, else as HS_SUBMIT does (HS_WAKE_FLAG).
+ * `ring` (as HS_RESERVE takes it), or counts one loss for `kind_` in
+ * `lost_map`; wakes the recorder when `wake_now`, else as HS_SUBMIT does
+ * (HS_WAKE_FLAG).
  */
 #define HS_OUTPUT(ring, lost_map, rec, size, kind_, wake_now)                  \
 	do {                                                                   \
