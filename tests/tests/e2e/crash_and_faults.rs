@@ -115,9 +115,21 @@ fn kill_9_mid_chunk_loses_at_most_the_flush_interval() {
     // Well under the default (1 s): a recorder that ignored the flag loses
     // up to a second, over the bound below in about half the runs.
     let flush = Duration::from_millis(200);
+    // 8M, as for every exact count of a 20,000-round ping-pong: one CPU's
+    // ring takes most of its storm, and the debug recorder drains slower
+    // than the release one (a fresh-clone run lost 1,494 of 19,999 at 4M).
     let recorder = Recorder::start(
         &rec,
-        &["--events", "sched", "--chunk", "60s", "--flush", "200ms"],
+        &[
+            "--events",
+            "sched",
+            "--chunk",
+            "60s",
+            "--flush",
+            "200ms",
+            "--ring-size",
+            "8M",
+        ],
     );
     let started = Instant::now();
     let truth = pingpong(20_000);
