@@ -14,20 +14,22 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::Value;
 
 use crate::fixture::{
-    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, release_bin, run, shared, sql,
-    sql_count, table_rows, utc_now_ns, Recorder, Scratch,
+    bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, run, shared, sql, sql_count,
+    table_rows, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
 
 /// Holds the machine quiet: any other test's processes would be incidents
-/// too (a compiler started by someone else is one, rightly).
+/// too (a compiler started by someone else is one, rightly). The quiet
+/// holds the recorder's own start: the release build's, as shipped
+/// (`Recorder::start_release`).
 #[test]
 fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
     let _machine = quiet();
     let scratch = Scratch::new();
     let rec_dir = scratch.rec();
-    let recorder = Recorder::start(&rec_dir, &[]);
+    let recorder = Recorder::start_release(&rec_dir, &[]);
     thread::sleep(Duration::from_secs(30));
     let (burst_start, hidden_before) = (utc_now_ns(), hidden_cpu_seconds());
     let burn = load(&["burn", "5"]);
@@ -257,11 +259,7 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     // With the stacks threads block in: the I/O stall's are shown. The
     // release build: the debug one, unwinding thousands of off-CPU stacks a
     // second unoptimized, lost a third of the stall's switches.
-    let recorder = Recorder::start_command(
-        Command::new(release_bin("hindsight-record")),
-        &rec_dir,
-        &["--off-cpu-stacks"],
-    );
+    let recorder = Recorder::start_release(&rec_dir, &["--off-cpu-stacks"]);
     thread::sleep(Duration::from_secs(30));
     let mut made = Vec::new();
     for (name, args, kind) in injections {
@@ -419,7 +417,8 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
 /// kinds `new_process` (the newcomers, with no history on the CPU) and
 /// `cpu` (the service's run-queue waits, a program with history), with
 /// both among its first contributors; the service's thread waited in it as
-/// long as the kernel's schedstat counted; nothing before or after it.
+/// long as the kernel's schedstat counted; nothing before or after it, the
+/// recorder's own start included (the release build's, as above).
 #[test]
 fn timeline_names_new_hogs_and_the_run_queue_waits_they_caused() {
     let _machine = quiet();
@@ -439,7 +438,7 @@ fn timeline_names_new_hogs_and_the_run_queue_waits_they_caused() {
         let text = std::fs::read_to_string(format!("/proc/{}/schedstat", service.id())).unwrap();
         text.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
-    let recorder = Recorder::start(&rec_dir, &[]);
+    let recorder = Recorder::start_release(&rec_dir, &[]);
     thread::sleep(Duration::from_secs(30));
     let (hogs_start, waited_before) = (utc_now_ns(), run_delay());
     let hogs = [on_cpu0("hs-hog", "5"), on_cpu0("hs-hog", "5")];
