@@ -346,6 +346,11 @@ impl Attached {
 /// every CPU this much, CPUs share rings, a few to a ring.
 const CPU_RING_FLOOR: u32 = 256 << 10;
 
+/// The rings of a group, as the maps a ring buffer polls.
+pub fn ring_maps(rings: &[MapHandle]) -> impl Iterator<Item = &dyn MapCore> {
+    rings.iter().map(|r| r as &dyn MapCore)
+}
+
 /// How `total` bytes of ring (a power of two) are split between `cpus`
 /// CPUs: the number of rings and the bytes of each (a power of two, so the
 /// rings together never take more than `total`). One ring per CPU where each

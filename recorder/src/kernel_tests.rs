@@ -14,7 +14,8 @@ use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 use crate::{
     bpf::{
-        load_cache, load_faults, load_numa, load_samples, load_sched, load_tasks, TracepointCatalog,
+        load_cache, load_faults, load_numa, load_samples, load_sched, load_tasks, ring_maps,
+        TracepointCatalog,
     },
     cache::drain_page_cache,
     decode::Decoder,
@@ -90,14 +91,7 @@ fn every_fresh_page_written_is_a_page_fault_row() {
     };
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    let rows = &mut drain_rings(
-        &probes
-            .rings
-            .iter()
-            .map(|r| r as &dyn MapCore)
-            .collect::<Vec<_>>(),
-    )
-    .page_fault;
+    let rows = &mut drain_rings(&ring_maps(&probes.rings).collect::<Vec<_>>()).page_fault;
     let b: RecordBatch = rows.finish();
     // SAFETY: unmapping what we mapped.
     unsafe { libc::munmap(base as *mut libc::c_void, len) };

@@ -536,56 +536,87 @@ fn next_tick(previous: Instant, every: Duration, now: Instant) -> Instant {
     next
 }
 
-/// Waits up to `timeout` for the rings (they wake us when a quarter full),
-/// then drains at most [`DRAIN_BUDGET`] records. Returns the records
-/// drained, or a negative errno (`-EINTR` when a signal came), and when the
-/// wait ended: from then until the next wait the loop is busy, and the
-/// rings fill without being read.
-fn wait_and_drain(ring: &libbpf_rs::RingBuffer, timeout: Duration) -> (i32, Instant) {
-    // SAFETY: epoll_wait writes at most one event into the one we own.
-    let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
-    let ready =
-        unsafe { libc::epoll_wait(ring.epoll_fd(), &mut event, 1, timeout.as_millis() as i32) };
-    let woke = Instant::now();
-    if ready < 0 {
-        let errno = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        return (-errno, woke);
-    }
-    (drain_evenly(ring, DRAIN_BUDGET), woke)
+/// Every group's rings under one epoll, and how many there are.
+struct Rings<'a> {
+    buffer: libbpf_rs::RingBuffer<'a>,
+    count: usize,
 }
 
-/// Drains at most `budget` records from the rings of `rings`: an even share
-/// of it from each ring first, then what is left of it, ring by ring.
-/// libbpf's own consume offers the whole budget to the rings in order, so
-/// under a storm the first CPUs' rings would take all of it every turn and
-/// the losses would all fall on the other CPUs. Returns the records drained
-/// or a negative errno, as `consume_raw_n` does.
-fn drain_evenly(rings: &libbpf_rs::RingBuffer, budget: usize) -> i32 {
-    use libbpf_rs::{libbpf_sys, AsRawLibbpf};
-    let raw = rings.as_libbpf_object().as_ptr();
-    // SAFETY: `raw` is a live ring_buffer; an index past its rings gives NULL.
-    let ring = |i: usize| unsafe { libbpf_sys::ring_buffer__ring(raw, i as u32) };
-    let count = (0..).take_while(|&i| !ring(i).is_null()).count();
-    let share = (budget / count.max(1)).max(1);
-    let mut drained = 0;
-    for whole_rest in [false, true] {
-        for i in 0..count {
-            let left = budget - drained;
-            if left == 0 {
-                return drained as i32;
+impl<'a> Rings<'a> {
+    fn new(buffer: libbpf_rs::RingBuffer<'a>) -> Self {
+        let count = (0..).take_while(|&i| !buffer.raw_ring(i).is_null()).count();
+        Rings { buffer, count }
+    }
+
+    /// Waits up to `timeout` for the rings (they wake us when a quarter
+    /// full), then drains at most [`DRAIN_BUDGET`] records. Returns the
+    /// records drained, or a negative errno (`-EINTR` when a signal came),
+    /// and when the wait ended: from then until the next wait the loop is
+    /// busy, and the rings fill without being read.
+    fn wait_and_drain(&self, timeout: Duration) -> (i32, Instant) {
+        // SAFETY: epoll_wait writes at most one event into the one we own.
+        let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
+        let ready = unsafe {
+            libc::epoll_wait(
+                self.buffer.epoll_fd(),
+                &mut event,
+                1,
+                timeout.as_millis() as i32,
+            )
+        };
+        let woke = Instant::now();
+        if ready < 0 {
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            return (-errno, woke);
+        }
+        (self.drain_evenly(DRAIN_BUDGET), woke)
+    }
+
+    /// Drains at most `budget` records: an even share of it from each ring
+    /// first, then what is left of it, ring by ring. libbpf's own consume
+    /// offers the whole budget to the rings in order, so under a storm the
+    /// first CPUs' rings would take all of it every turn and the losses
+    /// would all fall on the other CPUs. Returns the records drained or a
+    /// negative errno, as `consume_raw_n` does.
+    fn drain_evenly(&self, budget: usize) -> i32 {
+        let share = (budget / self.count.max(1)).max(1);
+        let mut drained = 0;
+        for whole_rest in [false, true] {
+            for i in 0..self.count {
+                let left = budget - drained;
+                if left == 0 {
+                    return drained as i32;
+                }
+                let offer = if whole_rest { left } else { share.min(left) };
+                // SAFETY: ring i is one of the live rings counted in `new`.
+                let n = unsafe {
+                    libbpf_rs::libbpf_sys::ring__consume_n(self.buffer.raw_ring(i), offer as _)
+                };
+                if n < 0 {
+                    return n;
+                }
+                drained += n as usize;
             }
-            let offer = if whole_rest { left } else { share.min(left) };
-            // SAFETY: ring(i) is one of the live rings counted above.
-            let n = unsafe { libbpf_sys::ring__consume_n(ring(i), offer as _) };
-            if n < 0 {
-                return n;
-            }
-            drained += n as usize;
+        }
+        drained as i32
+    }
+}
+
+/// The `i`th ring of a ring buffer, for libbpf's per-ring calls; NULL past the last.
+trait RawRing {
+    fn raw_ring(&self, i: usize) -> *mut libbpf_rs::libbpf_sys::ring;
+}
+
+impl RawRing for libbpf_rs::RingBuffer<'_> {
+    fn raw_ring(&self, i: usize) -> *mut libbpf_rs::libbpf_sys::ring {
+        use libbpf_rs::AsRawLibbpf;
+        // SAFETY: the ring_buffer is live while `self` is; an index past its rings gives NULL.
+        unsafe {
+            libbpf_rs::libbpf_sys::ring_buffer__ring(self.as_libbpf_object().as_ptr(), i as u32)
         }
     }
-    drained as i32
 }
 
 /// Timer rounds that fell due but were skipped because the loop came back
@@ -998,11 +1029,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     let mut rings: Vec<&dyn MapCore> = Vec::new();
     let mut lost_maps: Vec<&dyn MapCore> = Vec::new();
     if let Some(p) = &sched {
-        rings.extend(p.rings.iter().map(|r| r as &dyn MapCore));
+        rings.extend(bpf::ring_maps(&p.rings));
         lost_maps.push(&p.skel.maps.sched_lost);
     }
     if let Some(p) = &faults {
-        rings.extend(p.rings.iter().map(|r| r as &dyn MapCore));
+        rings.extend(bpf::ring_maps(&p.rings));
         lost_maps.push(&p.skel.maps.fault_lost);
     }
     if let Some(p) = &numa {
@@ -1056,7 +1087,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 })
                 .context("setting up the ring buffer")?;
         }
-        Some(builder.build().context("setting up the ring buffer")?)
+        Some(Rings::new(
+            builder.build().context("setting up the ring buffer")?,
+        ))
     };
 
     install_signal_handlers();
@@ -1126,7 +1159,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 } else {
                     until_wake()
                 };
-                let (polled, woke) = wait_and_drain(ring, timeout);
+                let (polled, woke) = ring.wait_and_drain(timeout);
                 busy_since = Some(woke);
                 backlog = polled >= DRAIN_BUDGET as i32;
                 polled
@@ -1216,14 +1249,18 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
     // close everything: a stop keeps every event it saw and never leaves a
     // half-written file behind.
     let not_freed = match (&failure, &tasks) {
-        (None, Some(tasks)) => await_frees(&tasks.skel.maps.exited, &procfs, ring.as_ref()),
+        (None, Some(tasks)) => await_frees(
+            &tasks.skel.maps.exited,
+            &procfs,
+            ring.as_ref().map(|r| &r.buffer),
+        ),
         _ => 0,
     };
     for links in &attached {
         links.detach();
     }
     if let (None, Some(ring)) = (&failure, &ring) {
-        let _ = ring.consume_raw();
+        let _ = ring.buffer.consume_raw();
     }
     drop(ring);
     let mut c = collector.borrow_mut();

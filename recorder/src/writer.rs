@@ -381,7 +381,10 @@ impl WriterThread {
                     table,
                     batch,
                     file_name,
-                }) => self.write(table, &batch, &file_name)?,
+                }) => {
+                    self.write(table, &batch, &file_name)?;
+                    self.count_open_bytes();
+                }
                 Ok(Job::Close { done }) => {
                     let result = self.close_chunks();
                     // Before the answer: whoever waited reads it next.
@@ -395,7 +398,6 @@ impl WriterThread {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
-            self.count_open_bytes();
             if last_sync.elapsed() >= self.sync_every {
                 last_sync = Instant::now();
                 self.sync()?;
