@@ -126,10 +126,12 @@ impl Collector {
         match decoded {
             Ok(kind) => {
                 let table = table_of_kind(kind);
-                let flushed = self
-                    .flush_if_full(table)
-                    .and_then(|()| self.flush_if_full("stack"))
-                    .and_then(|()| self.flush_if_full("frame"));
+                let mut flushed = self.flush_if_full(table);
+                if self.stacks.is_some() {
+                    flushed = flushed
+                        .and_then(|()| self.flush_if_full("stack"))
+                        .and_then(|()| self.flush_if_full("frame"));
+                }
                 if let Err(e) = flushed {
                     self.failure.get_or_insert(e);
                 }

@@ -315,10 +315,25 @@ impl AllRows {
         ]
     }
 
+    /// A table's rows by its name. Asked after every record (is its batch
+    /// full?), so a match rather than a search of `each` by name: that
+    /// search took 6 % of the recorder's CPU in a switch storm.
     pub fn get(&mut self, table: &str) -> Option<&mut dyn PendingRows> {
-        self.each()
-            .into_iter()
-            .find(|rows| rows.table().name == table)
+        Some(match table {
+            "sched_switch" => &mut self.sched_switch,
+            "sched_wakeup" => &mut self.sched_wakeup,
+            "process" => &mut self.process,
+            "counter" => &mut self.counter,
+            "task_stat" => &mut self.task_stat,
+            "page_fault" => &mut self.page_fault,
+            "numa_event" => &mut self.numa_event,
+            "page_cache" => &mut self.page_cache,
+            "cpu_sample" => &mut self.cpu_sample,
+            "stack" => &mut self.stack,
+            "frame" => &mut self.frame,
+            "loss" => &mut self.loss,
+            _ => return None,
+        })
     }
 }
 
@@ -434,8 +449,10 @@ mod tests {
     fn every_table_has_rows() {
         let mut rows = AllRows::default();
         for table in hindsight_schemas::TABLES {
-            assert!(rows.get(table.name).is_some(), "no rows for {}", table.name);
+            let found = rows.get(table.name);
+            assert_eq!(found.map(|r| r.table().name), Some(table.name));
         }
+        assert!(rows.get("unknown").is_none());
     }
 
     #[test]
