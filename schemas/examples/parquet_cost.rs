@@ -1,0 +1,97 @@
+//! What writing a table's rows as Parquet costs by itself, per row: the
+//! floor under the recorder's CPU per event, which writes every row it
+//! records this way (issue 17, BENCHMARKS.md).
+//!
+//! Reads a table's rows from a recording's chunks and writes them again in
+//! memory, with the recorder's writer properties and with its integer
+//! columns left without dictionaries (the alternative the profile asks
+//! about), in interleaved rounds; prints the bytes and the median wall
+//! time per row of each. Single-threaded: on an otherwise idle CPU the
+//! wall time is the CPU time.
+//!
+//!     cargo run --release -p hindsight-schemas --example parquet_cost -- \
+//!         sched_switch REC/sched_switch/*.parquet
+
+use std::time::Instant;
+
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterPropertiesBuilder;
+use parquet::schema::types::ColumnPath;
+
+const ROUNDS: usize = 5;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: parquet_cost TABLE FILE.parquet...");
+        std::process::exit(2);
+    }
+    let Some(table) = hindsight_schemas::TABLES.iter().find(|t| t.name == args[1]) else {
+        eprintln!("parquet_cost: no table {}", args[1]);
+        std::process::exit(2);
+    };
+    let mut batches = Vec::new();
+    for path in &args[2..] {
+        let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.with_batch_size(16 * 1024).build())
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        batches.extend(reader.map(|b| b.expect("a batch")));
+    }
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let schema = table.schema();
+    let ints: Vec<String> = schema
+        .fields()
+        .iter()
+        .filter(|f| matches!(f.data_type(), DataType::Int32 | DataType::Int64))
+        .map(|f| f.name().clone())
+        .collect();
+    let recorders = |b: WriterPropertiesBuilder| b;
+    let ints_plain = |mut b: WriterPropertiesBuilder| {
+        for column in &ints {
+            b = b.set_column_dictionary_enabled(ColumnPath::from(column.as_str()), false);
+        }
+        b
+    };
+    let configs: [(
+        &str,
+        &dyn Fn(WriterPropertiesBuilder) -> WriterPropertiesBuilder,
+    ); 2] = [
+        ("recorder's", &recorders),
+        ("ints without dictionaries", &ints_plain),
+    ];
+    let mut results = vec![(0usize, Vec::new()); configs.len()];
+    for _ in 0..ROUNDS {
+        for ((_, config), (bytes, times)) in configs.iter().zip(results.iter_mut()) {
+            let properties = config(
+                hindsight_schemas::layout::writer_properties(table, "h", "b", "v").into_builder(),
+            )
+            .build();
+            let start = Instant::now();
+            let mut out = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut out, schema.clone(), Some(properties)).expect("a writer");
+            for batch in &batches {
+                writer.write(batch).expect("written");
+            }
+            writer.close().expect("closed");
+            times.push(start.elapsed().as_nanos() as f64 / rows as f64);
+            *bytes = out.len();
+        }
+    }
+    println!(
+        "| {} ({rows} rows) | bytes per row | ns per row (median of {ROUNDS}) |",
+        table.name
+    );
+    println!("|---|---:|---:|");
+    for ((name, _), (bytes, mut times)) in configs.iter().zip(results) {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "| {name} | {:.3} | {:.1} |",
+            bytes as f64 / rows as f64,
+            times[ROUNDS / 2]
+        );
+    }
+}
