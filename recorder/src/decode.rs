@@ -168,22 +168,14 @@ fn push_sample(ts: i64, e: &hs_sample, kernel: bool, stack_id: Option<i64>, rows
     r.cpu.append_value(e.h.cpu as i32);
     r.tid.append_value(e.tid as i32);
     r.pid.append_value(e.pid as i32);
-    r.comm.append_value(c_str(&e.comm));
+    r.comm.append_c_name(&e.comm);
     r.stack_id.append_option(stack_id);
     r.kernel.append_value(kernel);
 }
 
 /// A NUL-terminated kernel string as text; invalid UTF-8 is replaced, not dropped.
 fn c_str(raw: &[i8]) -> std::borrow::Cow<'_, str> {
-    // SAFETY: i8 and u8 have the same size and alignment; the slice is only reinterpreted.
-    let bytes = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), raw.len()) };
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    // from_utf8_lossy walks its chunks even when all is valid (5 % of the
-    // recorder's CPU in a switch storm); a name is nearly always valid.
-    match std::str::from_utf8(&bytes[..end]) {
-        Ok(valid) => std::borrow::Cow::Borrowed(valid),
-        Err(_) => String::from_utf8_lossy(&bytes[..end]),
-    }
+    String::from_utf8_lossy(crate::rows::c_name_bytes(raw))
 }
 
 /// The `numa_event.kind` of an `hs_numa_event`.
@@ -285,7 +277,7 @@ impl Decoder {
                 r.cpu.append_value(header.cpu as i32);
                 r.tid.append_value(e.tid as i32);
                 r.pid.append_value(e.pid as i32);
-                r.comm.append_value(c_str(&e.comm));
+                r.comm.append_c_name(&e.comm);
                 r.target_cpu.append_value(e.target_cpu as i32);
                 r.waker_tid.append_value(e.waker_tid as i32);
                 r.waker_pid.append_value(e.waker_pid as i32);
@@ -352,7 +344,7 @@ impl Decoder {
                 r.ip.append_value(e.ip);
                 r.error_code.append_value(e.error_code as i32);
                 r.kernel.append_value(e.kernel != 0);
-                r.comm.append_value(c_str(&e.comm));
+                r.comm.append_c_name(&e.comm);
             }
             hs_kind::HS_KIND_NUMA => {
                 let e: &hs_numa = record(data, kind)?;
@@ -378,7 +370,7 @@ impl Decoder {
                     r.pages_failed.append_null();
                     r.reason.append_null();
                 }
-                r.comm.append_value(c_str(&e.comm));
+                r.comm.append_c_name(&e.comm);
             }
             _ => return Err(DecodeError::UnknownKind(kind)),
         }
@@ -517,7 +509,7 @@ fn push_switch(ts: i64, e: &hs_switch, rows: &mut AllRows, stack_id: Option<i64>
     r.cpu.append_value(e.h.cpu as i32);
     r.prev_tid.append_value(e.prev_tid as i32);
     r.prev_pid.append_value(e.prev_pid as i32);
-    r.prev_comm.append_value(c_str(&e.prev_comm));
+    r.prev_comm.append_c_name(&e.prev_comm);
     r.prev_state.append_value(task_state_letter(
         e.prev_state,
         e.prev_exit_state,
@@ -526,7 +518,7 @@ fn push_switch(ts: i64, e: &hs_switch, rows: &mut AllRows, stack_id: Option<i64>
     r.prev_prio.append_value(e.prev_prio);
     r.next_tid.append_value(e.next_tid as i32);
     r.next_pid.append_value(e.next_pid as i32);
-    r.next_comm.append_value(c_str(&e.next_comm));
+    r.next_comm.append_c_name(&e.next_comm);
     r.next_prio.append_value(e.next_prio);
     r.stack_id.append_option(stack_id);
 }

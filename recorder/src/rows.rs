@@ -2,17 +2,121 @@
 //! allocating, and turned into a `RecordBatch` in the column order that
 //! `hindsight_schemas` defines.
 
+use std::sync::Arc;
+
 use arrow::{
     array::{
-        ArrayBuilder, ArrayRef, BooleanBuilder, Int32Builder, Int64Builder, StringBuilder,
-        StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
+        ArrayBuilder, ArrayRef, BooleanBuilder, DictionaryArray, Int32Builder, Int64Builder,
+        StringBuilder, TimestampNanosecondBuilder, UInt64Builder,
     },
     datatypes::{Int32Type, SchemaRef},
     record_batch::RecordBatch,
 };
 use hindsight_schemas::{tables, Table};
 
-pub type NameBuilder = StringDictionaryBuilder<Int32Type>;
+/// A `Name` column (dictionary of strings) of one batch, with its names
+/// interned by their bytes as the kernel sent them: a name seen before in
+/// the batch costs one hash of at most 16 bytes, not a UTF-8 check, a
+/// search for its NUL and a hash of the string as Arrow's builder does
+/// (the recorder appends two or three names per context switch). The map
+/// is ahash's, seeded at random, as Arrow's own: names are chosen by
+/// whoever runs a program, and a fixed hash could be made to collide.
+#[derive(Debug, Default)]
+pub struct NameBuilder {
+    keys: Int32Builder,
+    values: StringBuilder,
+    index: ahash::AHashMap<Box<[u8]>, i32>,
+}
+
+impl NameBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a name given as the kernel keeps it (`comm`): bytes up to
+    /// the first NUL; invalid UTF-8 is replaced, as `from_utf8_lossy` does.
+    pub fn append_c_name(&mut self, raw: &[i8]) {
+        let bytes = c_name_bytes(raw);
+        let key = match self.index.get(bytes) {
+            Some(&key) => key,
+            None => self.intern(bytes, &String::from_utf8_lossy(bytes)),
+        };
+        self.keys.append_value(key);
+    }
+
+    pub fn append_value(&mut self, name: impl AsRef<str>) {
+        let name = name.as_ref();
+        let key = match self.index.get(name.as_bytes()) {
+            Some(&key) => key,
+            None => self.intern(name.as_bytes(), name),
+        };
+        self.keys.append_value(key);
+    }
+
+    pub fn append_null(&mut self) {
+        self.keys.append_null();
+    }
+
+    pub fn append_option(&mut self, name: Option<impl AsRef<str>>) {
+        match name {
+            Some(name) => self.append_value(name),
+            None => self.append_null(),
+        }
+    }
+
+    fn intern(&mut self, bytes: &[u8], name: &str) -> i32 {
+        let key = i32::try_from(self.index.len()).expect("fewer names than rows in a batch");
+        self.values.append_value(name);
+        self.index.insert(bytes.into(), key);
+        key
+    }
+
+    fn finish_dictionary(&mut self) -> DictionaryArray<Int32Type> {
+        self.index.clear();
+        DictionaryArray::try_new(self.keys.finish(), Arc::new(self.values.finish()))
+            .expect("every key indexes a value")
+    }
+}
+
+/// A name as the kernel keeps it (a `char` array): its bytes up to the first NUL.
+pub fn c_name_bytes(raw: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment; the slice is only reinterpreted.
+    let bytes = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), raw.len()) };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
+}
+
+impl ArrayBuilder for NameBuilder {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        Arc::new(self.finish_dictionary())
+    }
+
+    fn finish_cloned(&self) -> ArrayRef {
+        Arc::new(
+            DictionaryArray::try_new(
+                self.keys.finish_cloned(),
+                Arc::new(self.values.finish_cloned()),
+            )
+            .expect("every key indexes a value"),
+        )
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn into_box_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
 
 /// Rows of one table waiting to be written, whatever the table.
 pub trait PendingRows {
@@ -453,6 +557,53 @@ mod tests {
             assert_eq!(found.map(|r| r.table().name), Some(table.name));
         }
         assert!(rows.get("unknown").is_none());
+    }
+
+    #[test]
+    fn names_are_interned_per_batch_by_their_bytes() {
+        use arrow::array::{Array, AsArray};
+        let comm = |name: &[u8]| -> [i8; 16] {
+            let mut raw = [0i8; 16];
+            for (to, &from) in raw.iter_mut().zip(name) {
+                *to = from as i8;
+            }
+            raw
+        };
+        let mut names = NameBuilder::new();
+        names.append_c_name(&comm(b"hs-ping"));
+        names.append_value("hs-ping");
+        names.append_null();
+        names.append_c_name(&comm(b"a-full-16-chars!"));
+        names.append_c_name(&comm(b"bad \xff name"));
+        names.append_c_name(&comm(b"hs-ping"));
+        let array = names.finish();
+        let names_of = |array: &ArrayRef| -> Vec<Option<String>> {
+            let dictionary = array.as_dictionary::<Int32Type>();
+            let values = dictionary.values().as_string::<i32>();
+            dictionary
+                .keys()
+                .iter()
+                .map(|k| k.map(|k| values.value(k as usize).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            names_of(&array),
+            [
+                Some("hs-ping".into()),
+                Some("hs-ping".into()),
+                None,
+                Some("a-full-16-chars!".into()),
+                Some("bad \u{fffd} name".into()),
+                Some("hs-ping".into()),
+            ]
+        );
+        // One value per distinct name, and the next batch starts afresh.
+        assert_eq!(array.as_dictionary::<Int32Type>().values().len(), 3);
+        assert_eq!(array.null_count(), 1);
+        names.append_c_name(&comm(b"next"));
+        let next = names.finish();
+        assert_eq!(names_of(&next), [Some("next".into())]);
+        assert_eq!(next.as_dictionary::<Int32Type>().values().len(), 1);
     }
 
     #[test]
