@@ -546,7 +546,9 @@ struct Rings<'a> {
 
 impl<'a> Rings<'a> {
     fn new(buffer: libbpf_rs::RingBuffer<'a>) -> Self {
-        let count = (0..).take_while(|&i| !buffer.raw_ring(i).is_null()).count();
+        let count = (0..)
+            .take_while(|&i| !raw_ring(&buffer, i).is_null())
+            .count();
         Rings { buffer, count }
     }
 
@@ -594,7 +596,7 @@ impl<'a> Rings<'a> {
                 let offer = if whole_rest { left } else { share.min(left) };
                 // SAFETY: ring i is one of the live rings counted in `new`.
                 let n = unsafe {
-                    libbpf_rs::libbpf_sys::ring__consume_n(self.buffer.raw_ring(i), offer as _)
+                    libbpf_rs::libbpf_sys::ring__consume_n(raw_ring(&self.buffer, i), offer as _)
                 };
                 if n < 0 {
                     return n;
@@ -607,17 +609,11 @@ impl<'a> Rings<'a> {
 }
 
 /// The `i`th ring of a ring buffer, for libbpf's per-ring calls; NULL past the last.
-trait RawRing {
-    fn raw_ring(&self, i: usize) -> *mut libbpf_rs::libbpf_sys::ring;
-}
-
-impl RawRing for libbpf_rs::RingBuffer<'_> {
-    fn raw_ring(&self, i: usize) -> *mut libbpf_rs::libbpf_sys::ring {
-        use libbpf_rs::AsRawLibbpf;
-        // SAFETY: the ring_buffer is live while `self` is; an index past its rings gives NULL.
-        unsafe {
-            libbpf_rs::libbpf_sys::ring_buffer__ring(self.as_libbpf_object().as_ptr(), i as u32)
-        }
+fn raw_ring(buffer: &libbpf_rs::RingBuffer<'_>, i: usize) -> *mut libbpf_rs::libbpf_sys::ring {
+    use libbpf_rs::AsRawLibbpf;
+    // SAFETY: the ring_buffer is live while `buffer` is; an index past its rings gives NULL.
+    unsafe {
+        libbpf_rs::libbpf_sys::ring_buffer__ring(buffer.as_libbpf_object().as_ptr(), i as u32)
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use arrow::{
     array::{
-        ArrayBuilder, ArrayRef, BooleanBuilder, DictionaryArray, Int32Builder, Int64Builder,
-        StringBuilder, TimestampNanosecondBuilder, UInt64Builder,
+        ArrayBuilder, ArrayRef, BooleanBuilder, DictionaryArray, Int32Array, Int32Builder,
+        Int64Builder, StringArray, StringBuilder, TimestampNanosecondBuilder, UInt64Builder,
     },
     datatypes::{Int32Type, SchemaRef},
     record_batch::RecordBatch,
@@ -16,7 +16,7 @@ use hindsight_schemas::{tables, Table};
 
 /// A `Name` column (dictionary of strings) of one batch, with its names
 /// interned by their bytes as the kernel sent them: a name seen before in
-/// the batch costs one hash of at most 16 bytes, not a UTF-8 check, a
+/// the batch costs one hash of its bytes (a `comm` is at most 16), not a UTF-8 check, a
 /// search for its NUL and a hash of the string as Arrow's builder does
 /// (the recorder appends two or three names per context switch). The map
 /// is ahash's, seeded at random, as Arrow's own: names are chosen by
@@ -73,9 +73,12 @@ impl NameBuilder {
 
     fn finish_dictionary(&mut self) -> DictionaryArray<Int32Type> {
         self.index.clear();
-        DictionaryArray::try_new(self.keys.finish(), Arc::new(self.values.finish()))
-            .expect("every key indexes a value")
+        name_dictionary(self.keys.finish(), self.values.finish())
     }
+}
+
+fn name_dictionary(keys: Int32Array, values: StringArray) -> DictionaryArray<Int32Type> {
+    DictionaryArray::try_new(keys, Arc::new(values)).expect("every key indexes a value")
 }
 
 /// A name as the kernel keeps it (a `char` array): its bytes up to the first NUL.
@@ -96,13 +99,10 @@ impl ArrayBuilder for NameBuilder {
     }
 
     fn finish_cloned(&self) -> ArrayRef {
-        Arc::new(
-            DictionaryArray::try_new(
-                self.keys.finish_cloned(),
-                Arc::new(self.values.finish_cloned()),
-            )
-            .expect("every key indexes a value"),
-        )
+        Arc::new(name_dictionary(
+            self.keys.finish_cloned(),
+            self.values.finish_cloned(),
+        ))
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
