@@ -67,6 +67,7 @@ pub enum Command {
     Flamegraph(FlamegraphArgs),
     #[command(subcommand)]
     Export(crate::export::ExportCommand),
+    Push(PushArgs),
     /// Record (as root): runs `hindsight-record` with the same arguments.
     ///
     /// `hindsight record -o rec -d 30s` is `hindsight-record -o rec -d 30s`, the way
@@ -340,6 +341,54 @@ pub struct InfoArgs {
     /// Output format: text for people, or one JSON object a recording a line.
     #[arg(long, short = 'f', value_enum, default_value_t = InfoFormatArg::Table)]
     pub format: InfoFormatArg,
+}
+
+/// Ship a recording's closed chunks to an S3 bucket, now or continuously.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Ship a recording's closed chunks to an S3-compatible bucket, so that \
+`hindsight` reads them from anywhere as s3://BUCKET/PREFIX, and a prefix holding one recording \
+per host (PREFIX/<host>/) reads as all of them with a `host` column.\n\n\
+Uploads only what the bucket lacks: run it again, or after an interruption, and it sends the \
+rest, never a file twice and never a partial file (an object appears only once its upload is \
+complete). The chunk being written is not sent until it closes; recording.json goes last. The \
+recorder is not involved: push reads the directory as any reader does.\n\n\
+Credentials, region and endpoint come from the standard AWS environment: AWS_ACCESS_KEY_ID, \
+AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL (or AWS_ENDPOINT) for a service other than \
+AWS, AWS_ALLOW_HTTP=true for a plain-HTTP endpoint. A missing bucket or a refused key is one \
+line naming it, exit code 2.\n\n\
+Examples:\n  \
+hindsight push /var/lib/hindsight s3://fleet/recordings/$(hostname)\n  \
+hindsight push --follow /var/lib/hindsight s3://fleet/recordings/$(hostname)\n  \
+hindsight report runqlat s3://fleet/recordings --from 03:05 --to 03:15"
+)]
+pub struct PushArgs {
+    /// The recording directory to ship.
+    #[arg(value_name = "RECORDING")]
+    pub recording: PathBuf,
+    /// Where: s3://BUCKET/PREFIX, one prefix per recorded host.
+    #[arg(value_name = "URL")]
+    pub destination: String,
+    /// Keep going: push again every --interval until SIGINT or SIGTERM, so a chunk reaches
+    /// the bucket within about that long of closing.
+    #[arg(long)]
+    pub follow: bool,
+    /// Time between pushes with --follow (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_push_interval)]
+    pub interval: std::time::Duration,
+    /// Also delete from the bucket the chunks no longer in the directory (retired by the
+    /// recorder's retention), so the bucket keeps what the host keeps. Off by default: the
+    /// bucket keeps everything it was sent.
+    #[arg(long)]
+    pub delete: bool,
+}
+
+fn parse_push_interval(text: &str) -> Result<std::time::Duration, String> {
+    let ns = hindsight_schemas::time::parse_duration_ns(text)?;
+    if ns < 1_000_000_000 {
+        return Err(format!("'{text}': at least 1s"));
+    }
+    Ok(std::time::Duration::from_nanos(ns.unsigned_abs()))
 }
 
 /// Pair the scheduler events once, so reports on long recordings take seconds.
@@ -698,6 +747,12 @@ pub enum Action {
         window: (Option<When>, Option<When>),
     },
     Export(crate::export::Request),
+    Push {
+        recording: PathBuf,
+        destination: String,
+        follow: Option<std::time::Duration>,
+        options: crate::remote::PushOptions,
+    },
 }
 
 impl FormatArg {
@@ -718,7 +773,11 @@ impl Cli {
         let action = match self.command {
             Command::Sql(mut a) => Action::Sql {
                 query: match a.args.last() {
-                    Some(last) if a.args.len() > 1 && !std::path::Path::new(last).is_dir() => {
+                    Some(last)
+                        if a.args.len() > 1
+                            && !std::path::Path::new(last).is_dir()
+                            && !crate::remote::is_remote(std::path::Path::new(last)) =>
+                    {
                         a.args.pop()
                     }
                     _ => None,
@@ -757,6 +816,12 @@ impl Cli {
                 }
             }
             Command::Export(e) => Action::Export(e.resolve()),
+            Command::Push(a) => Action::Push {
+                recording: a.recording,
+                destination: a.destination,
+                follow: a.follow.then_some(a.interval),
+                options: crate::remote::PushOptions { delete: a.delete },
+            },
             Command::Index(a) => Action::Index {
                 recordings: a.recordings,
                 force: a.force,

@@ -27,6 +27,8 @@
 //!   day, relative to the recording's end or start).
 //! - [`flamegraph`]: folded stacks and SVG flame graphs, one SQL statement.
 //! - [`export`]: Perfetto traces and pprof profiles.
+//! - [`remote`]: recordings in S3 buckets: `push`, and `s3://` wherever a
+//!   recording is read (mirrored into a local cache first).
 //!
 //! From other Rust code (reports, end-to-end tests):
 //! ```no_run
@@ -59,6 +61,7 @@ pub mod info;
 pub mod output;
 pub mod progress;
 pub mod recording;
+pub mod remote;
 pub mod report;
 pub mod shell;
 pub mod slice;
@@ -110,8 +113,10 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
     catalog::set_memory_limit(config.memory_limit).map_err(catalog::one_line)?;
     heap::set_ceiling(config.memory_limit);
     debug_names::set_debug_dirs(config.debug_dirs.clone());
+    let mut action = config.action;
+    fetch_remote(&mut action).await?;
     // Validate every input before the first byte of output.
-    match config.action {
+    match action {
         cli::Action::Sql {
             recordings,
             query,
@@ -207,8 +212,82 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
             Err(e) if is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
             other => other?,
         },
+        cli::Action::Push {
+            recording,
+            destination,
+            follow,
+            options,
+        } => {
+            let out = io::stdout();
+            match follow {
+                Some(interval) => {
+                    remote::push_follow(&recording, &destination, &options, interval, out).await?
+                }
+                None => {
+                    let pushed = remote::push(&recording, &destination, &options).await?;
+                    remote::write_pushed(&recording, &destination, &pushed, out)?;
+                }
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Replaces every `s3://` recording the action reads with the local
+/// copies of the recordings under it (see [`remote`]).
+async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
+    use cli::Action;
+    match action {
+        Action::Sql { recordings, .. }
+        | Action::Info { recordings, .. }
+        | Action::Index { recordings, .. }
+        | Action::Report { recordings, .. }
+        | Action::Flamegraph { recordings, .. }
+        | Action::Export(export::Request::Pprof { recordings, .. }) => {
+            let mut local = Vec::with_capacity(recordings.len());
+            for arg in recordings.iter() {
+                local.extend(fetch_one_url(arg).await?);
+            }
+            *recordings = local;
+        }
+        Action::Slice(slice::Request { source: one, .. })
+        | Action::HtmlReport(report::html::Request { recording: one, .. })
+        | Action::Export(export::Request::Perfetto { recording: one, .. }) => {
+            let local = fetch_one_url(one).await?;
+            if local.len() > 1 {
+                return Err(UsageError(format!(
+                    "{}: holds {} recordings, one per host; this command reads one: \
+                     name it, as {}/HOST",
+                    one.display(),
+                    local.len(),
+                    one.display().to_string().trim_end_matches('/'),
+                ))
+                .into());
+            }
+            *one = local.into_iter().next().expect("one recording");
+        }
+        Action::Record { .. } | Action::Push { .. } => {}
+    }
+    Ok(())
+}
+
+/// The local copies of `arg`'s recordings when it is an `s3://` URL, else `arg`.
+async fn fetch_one_url(arg: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !remote::is_remote(arg) {
+        return Ok(vec![arg.to_path_buf()]);
+    }
+    let url = arg.to_string_lossy();
+    let (dirs, fetched) = remote::fetch(&url).await?;
+    if io::IsTerminal::is_terminal(&io::stderr()) && fetched.files > 0 {
+        eprintln!(
+            "{url}: fetched {} files ({}) into {}, {} already there",
+            fetched.files,
+            info::human_bytes(fetched.bytes),
+            remote::cache_root().display(),
+            fetched.cached
+        );
+    }
+    Ok(dirs)
 }
 
 /// Replaces this process with `hindsight-record ARGS`: the sibling of this
@@ -236,16 +315,23 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
         .any(|e| e.kind() == io::ErrorKind::BrokenPipe)
 }
 
+/// Whether `err` is about the input (a recording, a bucket, the request)
+/// rather than a failure while working on it.
+pub fn is_bad_input(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<RecordingError>().is_some()
+            || e.downcast_ref::<UsageError>().is_some()
+            || e.downcast_ref::<remote::RemoteError>()
+                .is_some_and(|e| e.bad_input)
+            || matches!(e.downcast_ref::<Error>(), Some(Error::Recording(_)))
+    })
+}
+
 /// The exit code for an error `run` returned: 2 for input that is not a
 /// readable recording (like a usage error, the command cannot work on it),
 /// 1 for anything else, such as a query that does not plan.
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
-    let bad_input = err.chain().any(|e| {
-        e.downcast_ref::<RecordingError>().is_some()
-            || e.downcast_ref::<UsageError>().is_some()
-            || matches!(e.downcast_ref::<Error>(), Some(Error::Recording(_)))
-    });
-    if bad_input {
+    if is_bad_input(err) {
         ExitCode::from(2)
     } else {
         ExitCode::FAILURE

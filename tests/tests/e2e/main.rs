@@ -20,6 +20,8 @@ mod derived_tables;
 mod duckdb_reads_it;
 /// Perfetto and pprof exports of a real recording: slices equal `cpu_time`, totals the flame graph's.
 mod exports;
+/// Recordings pushed to a real S3 server read back through s3:// as the directories do.
+mod fleet;
 /// `report html` of a real burst names it and renders in headless Chromium without console errors.
 mod html_report;
 /// Left running: retention keeps the disk budget and the newest data; one recorder per directory.

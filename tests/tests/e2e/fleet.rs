@@ -1,0 +1,434 @@
+//! Recordings in a bucket: `hindsight push` to a real S3-compatible server
+//! on the loopback (moto, installed by `scripts/install-deps`), and every
+//! reader given `s3://` answering exactly as it does on the directories.
+
+use std::{
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::fixture::{bin, pingpong, run, settle, shared, Recorder, Scratch};
+
+/// An S3 server of our own on a free loopback port, stopped on drop.
+struct S3Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl S3Server {
+    /// Starts moto; with `authenticate`, it checks every request's key
+    /// (and knows none, so every key is refused), as a real service does.
+    fn start(authenticate: bool) -> S3Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut command = Command::new("python3");
+        command
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if authenticate {
+            command.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+        }
+        let child = command
+            .spawn()
+            .expect("python3 -m moto.server (scripts/install-deps installs moto[server])");
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto did not listen on {port}");
+            thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    /// The standard AWS environment that points a client at this server.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "hindsight-test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "hindsight-test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+
+    fn create_bucket(&self, bucket: &str) {
+        let script = format!(
+            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+             aws_access_key_id='k', aws_secret_access_key='k').create_bucket(Bucket='{bucket}')",
+            self.endpoint
+        );
+        let out = run(Command::new("python3").args(["-c", &script]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Every key in the bucket, with its size, as boto3 lists them.
+    fn keys(&self, bucket: &str) -> Vec<(String, u64)> {
+        let script = format!(
+            "import boto3\n\
+             s3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+             aws_access_key_id='k', aws_secret_access_key='k')\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n\
+             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])",
+            self.endpoint
+        );
+        let out = run(Command::new("python3").args(["-c", &script]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (key, size) = l.rsplit_once(' ').unwrap();
+                (key.to_owned(), size.parse().unwrap())
+            })
+            .collect()
+    }
+
+    fn delete(&self, bucket: &str, key: &str) {
+        let script = format!(
+            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+             aws_access_key_id='k', aws_secret_access_key='k').delete_object(Bucket='{bucket}', \
+             Key='{key}')",
+            self.endpoint
+        );
+        let out = run(Command::new("python3").args(["-c", &script]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `hindsight ARGS` against `server`, with a cache of the test's own.
+fn hindsight(server: &S3Server, cache: &Path, args: &[&str]) -> Output {
+    run(Command::new(bin("hindsight"))
+        .args(args)
+        .envs(server.env())
+        .env("HINDSIGHT_CACHE_DIR", cache))
+}
+
+fn stdout_of(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The files of a recording directory a push ships: `recording.json` and
+/// every closed chunk, as `path below the directory → size`.
+fn shipped_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut files = vec![(
+        "recording.json".to_owned(),
+        std::fs::metadata(dir.join("recording.json")).unwrap().len(),
+    )];
+    for table in std::fs::read_dir(dir).unwrap().flatten() {
+        if !table.path().is_dir() {
+            continue;
+        }
+        for chunk in std::fs::read_dir(table.path()).unwrap().flatten() {
+            let name = chunk.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".parquet") && !name.starts_with('.') {
+                files.push((
+                    format!("{}/{name}", table.file_name().to_string_lossy()),
+                    chunk.metadata().unwrap().len(),
+                ));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn keys_below(server: &S3Server, bucket: &str, prefix: &str) -> Vec<(String, u64)> {
+    let mut keys: Vec<_> = server
+        .keys(bucket)
+        .into_iter()
+        .filter_map(|(k, s)| Some((k.strip_prefix(prefix)?.to_owned(), s)))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Two hosts' recordings pushed to one bucket (one of them by `push
+/// --follow` while it was being written) read back through `s3://` exactly
+/// as the two directories read: `sql`, `info` and the atop, runqlat and
+/// timeline reports. A push interrupted before some files went up sends
+/// just those the next time; `--delete` mirrors retention.
+#[test]
+fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let server = S3Server::start(false);
+    server.create_bucket("fleet");
+    let cache = scratch.dir.path().join("cache");
+    let host_a = scratch.dir.path().join("hostA");
+    let host_b = scratch.dir.path().join("hostB");
+
+    // Host A: pushed continuously while it records 1 s chunks.
+    let recorder = Recorder::start(&host_a, &["--chunk", "1s"]);
+    let mut follow = Command::new(bin("hindsight"))
+        .args(["push", "--follow", "--interval", "1s"])
+        .arg(&host_a)
+        .arg("s3://fleet/hosts/hostA")
+        .envs(server.env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hindsight push --follow");
+    pingpong(3_000);
+    thread::sleep(Duration::from_millis(2500));
+    pingpong(3_000);
+    settle();
+    recorder.stop();
+    // Two rounds of --follow after the recorder closed its last chunks.
+    thread::sleep(Duration::from_millis(2500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(follow.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = follow.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "push --follow ignored SIGTERM");
+        thread::sleep(Duration::from_millis(100));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut follow.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(status.success(), "push --follow: {status}: {said}");
+    let local_a = shipped_files(&host_a);
+    assert!(
+        local_a
+            .iter()
+            .filter(|(f, _)| f.starts_with("sched_switch/"))
+            .count()
+            >= 3,
+        "1 s chunks over several seconds: {local_a:?}"
+    );
+    assert_eq!(
+        keys_below(&server, "fleet", "hosts/hostA/"),
+        local_a,
+        "the bucket holds exactly the closed recording, each file once"
+    );
+
+    // Host B: one push, then an interrupted one simulated by losing the
+    // last files a push sends (a chunk and recording.json).
+    let recorder = Recorder::start(&host_b, &["--chunk", "1s"]);
+    pingpong(2_000);
+    settle();
+    recorder.stop();
+    let push_b = |extra: &[&str]| {
+        let mut args = vec!["push"];
+        args.extend_from_slice(extra);
+        args.extend([host_b.to_str().unwrap(), "s3://fleet/hosts/hostB"]);
+        stdout_of(hindsight(&server, &cache, &args), "push hostB")
+    };
+    let local_b = shipped_files(&host_b);
+    let first = push_b(&[]);
+    assert!(
+        first.contains(&format!("{} uploaded", local_b.len())),
+        "{first}"
+    );
+    let switch_chunk = local_b
+        .iter()
+        .find(|(f, _)| f.starts_with("sched_switch/"))
+        .unwrap()
+        .0
+        .clone();
+    server.delete("fleet", &format!("hosts/hostB/{switch_chunk}"));
+    server.delete("fleet", "hosts/hostB/recording.json");
+    let again = push_b(&[]);
+    assert!(
+        again.contains("2 uploaded")
+            && again.contains(&format!("{} already there", local_b.len() - 2)),
+        "{again}"
+    );
+    assert_eq!(keys_below(&server, "fleet", "hosts/hostB/"), local_b);
+    assert!(push_b(&[]).contains("0 uploaded"));
+
+    // Reading the bucket equals reading the directories.
+    let local: Vec<&str> = vec![host_a.to_str().unwrap(), host_b.to_str().unwrap()];
+    let compare = |args: &[&str]| {
+        let mut over_dirs: Vec<&str> = args.to_vec();
+        let mut over_bucket: Vec<&str> = args.to_vec();
+        let at = args.iter().position(|a| *a == "REC").unwrap();
+        over_dirs.splice(at..=at, local.iter().copied());
+        over_bucket.splice(at..=at, ["s3://fleet/hosts"]);
+        let expected = stdout_of(
+            hindsight(&server, &cache, &over_dirs),
+            "over the directories",
+        );
+        let got = stdout_of(hindsight(&server, &cache, &over_bucket), "over the bucket");
+        assert!(!expected.trim().is_empty(), "{args:?} printed nothing");
+        assert_eq!(got, expected, "{args:?}");
+        expected
+    };
+    let counts = compare(&[
+        "sql",
+        "REC",
+        "SELECT host, count(*) AS switches, min(ts) AS first, max(ts) AS last \
+         FROM sched_switch GROUP BY host ORDER BY host",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        counts.contains("hostA") && counts.contains("hostB"),
+        "{counts}"
+    );
+    compare(&[
+        "report",
+        "atop",
+        "REC",
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ]);
+    compare(&[
+        "report",
+        "runqlat",
+        "REC",
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ]);
+    compare(&["report", "timeline", "REC", "--format", "csv"]);
+    let info = stdout_of(
+        hindsight(&server, &cache, &["info", "s3://fleet/hosts/hostA"]),
+        "info over the bucket",
+    );
+    assert!(info.contains("sched_switch"), "{info}");
+
+    // A second read downloads nothing; a chunk retention retired on the
+    // host leaves the bucket with --delete, and then the cache.
+    let before = shipped_files(&cache.join("s3/fleet/hosts/hostB"));
+    assert_eq!(before, local_b);
+    let retired = local_b
+        .iter()
+        .rfind(|(f, _)| f.starts_with("sched_wakeup/"))
+        .unwrap()
+        .0
+        .clone();
+    std::fs::remove_file(host_b.join(&retired)).unwrap();
+    let deleted = push_b(&["--delete"]);
+    assert!(deleted.contains("1 deleted"), "{deleted}");
+    let after_b = shipped_files(&host_b);
+    assert_eq!(keys_below(&server, "fleet", "hosts/hostB/"), after_b);
+    compare(&[
+        "sql",
+        "REC",
+        "SELECT host, count(*) FROM sched_wakeup GROUP BY host ORDER BY host",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(shipped_files(&cache.join("s3/fleet/hosts/hostB")), after_b);
+}
+
+/// A bucket that does not exist, a key the service refuses, no key at
+/// all, and a prefix with no recording are each one line naming the URL
+/// and the cause, exit code 2, for push and for a reader.
+#[test]
+fn a_missing_bucket_or_a_refused_key_is_one_line_and_exit_code_2() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "counters"]);
+    settle();
+    recorder.stop();
+    let cache = scratch.dir.path().join("cache");
+    let open = S3Server::start(false);
+    open.create_bucket("fleet");
+    let checking = S3Server::start(true);
+    let expect = |server: &S3Server, env: &[(&str, &str)], args: &[&str], cause: &str| {
+        let out = run(Command::new(bin("hindsight"))
+            .args(args)
+            .envs(server.env())
+            .envs(env.iter().copied())
+            .env("HINDSIGHT_CACHE_DIR", &cache));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let url = args.iter().find(|a| a.starts_with("s3://")).unwrap();
+        assert_eq!(
+            stderr.trim(),
+            format!("hindsight: {url}: {cause}"),
+            "{args:?}"
+        );
+    };
+    let dir = rec.to_str().unwrap();
+    expect(
+        &open,
+        &[],
+        &["push", dir, "s3://nobucket/h"],
+        "no such bucket",
+    );
+    expect(&open, &[], &["info", "s3://nobucket/h"], "no such bucket");
+    expect(
+        &checking,
+        &[],
+        &["push", dir, "s3://fleet/h"],
+        "the access key is not valid (AWS_ACCESS_KEY_ID)",
+    );
+    expect(
+        &checking,
+        &[],
+        &["report", "atop", "s3://fleet/h"],
+        "the access key is not valid (AWS_ACCESS_KEY_ID)",
+    );
+    expect(
+        &open,
+        &[],
+        &["info", "s3://fleet/empty"],
+        "no objects under this prefix",
+    );
+    // No key in the environment: the client would ask the EC2 metadata
+    // service, which is not on the loopback.
+    let out = run(Command::new(bin("hindsight"))
+        .args(["info", "s3://fleet/h"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("AWS_ENDPOINT_URL", &open.endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        .env("HINDSIGHT_CACHE_DIR", &cache));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The pushed recording is untouched by all of it.
+    assert!(rec.join("recording.json").exists());
+}
