@@ -224,7 +224,9 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
                     remote::push_follow(&recording, &destination, &options, interval, out).await?
                 }
                 None => {
-                    let pushed = remote::push(&recording, &destination, &options).await?;
+                    let pushed =
+                        remote::push(&recording, &destination, &options, &mut Default::default())
+                            .await?;
                     remote::write_pushed(&recording, &destination, &pushed, out)?;
                 }
             }

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use hindsight_schemas::{all_tables, derived, layout};
@@ -52,6 +52,10 @@ const PART_BYTES: usize = 8 << 20;
 /// Parts of one file uploading at once (S3 multipart), and files
 /// downloading at once: the memory held is about this many parts.
 const PARTS_IN_FLIGHT: usize = 4;
+
+/// A download's temp file untouched this long was left by a command that
+/// died: the next fetch of the same recording removes it.
+const STALE_DOWNLOAD: Duration = Duration::from_secs(3600);
 
 /// Whether `arg` names a recording in object storage rather than a directory.
 pub fn is_remote(arg: &Path) -> bool {
@@ -392,6 +396,17 @@ fn forget_retired(dir: &Path, wanted: &BTreeMap<&str, u64>, url: &str) -> Result
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') && name.ends_with(layout::TEMP_SUFFIX) {
+                // A download a killed command left; one still going is younger.
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() > STALE_DOWNLOAD);
+                if stale {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+                continue;
+            }
             if !layout::is_chunk_file(name) {
                 continue;
             }
@@ -419,7 +434,13 @@ async fn download(
         .expect("a file name")
         .to_string_lossy()
         .into_owned();
-    let temp = dir.join(layout::temp_file_name(&name));
+    // Hidden, so no reader opens it, and this process's own: two commands
+    // filling one cache at once each write their own copy and rename it.
+    let temp = dir.join(format!(
+        ".{name}.{}{}",
+        std::process::id(),
+        layout::TEMP_SUFFIX
+    ));
     let mut file = std::fs::File::create(&temp).map_err(|e| RemoteError::io(url, &temp, &e))?;
     let mut stream = store
         .get(key)
@@ -459,14 +480,60 @@ pub struct Pushed {
     pub deleted: usize,
 }
 
+/// What a push knows of the bucket from the rounds before it: `--follow`
+/// lists the prefix once every [`RELIST_EVERY`] rather than every round, so
+/// a day of rounds costs a few hundred list requests, not one per 1,000
+/// keys per round.
+#[derive(Debug, Default)]
+pub struct PushState {
+    listed_at: Option<Instant>,
+    /// Path below the prefix → size, as listed and then as uploaded.
+    remote: BTreeMap<String, u64>,
+    /// The `recording.json` the bucket has, once this process knows it.
+    meta: Option<Vec<u8>>,
+}
+
+/// How often `--follow` lists the bucket again, to notice objects that
+/// someone else removed or changed.
+const RELIST_EVERY: Duration = Duration::from_secs(600);
+
 /// Uploads what `dir`'s closed chunks and description the bucket lacks;
 /// see the module doc. Safe to repeat and to interrupt: a second run
-/// uploads only what the first did not finish.
-pub async fn push(dir: &Path, url: &str, options: &PushOptions) -> anyhow::Result<Pushed> {
+/// uploads only what the first did not finish. `state` carries what the
+/// bucket holds from one call to the next ([`PushState`]).
+pub async fn push(
+    dir: &Path,
+    url: &str,
+    options: &PushOptions,
+    state: &mut PushState,
+) -> anyhow::Result<Pushed> {
+    let outcome = push_round(dir, url, options, state).await;
+    if outcome.is_err() {
+        // What failed may have left the bucket unlike what `state` says.
+        *state = PushState::default();
+    }
+    outcome
+}
+
+async fn push_round(
+    dir: &Path,
+    url: &str,
+    options: &PushOptions,
+    state: &mut PushState,
+) -> anyhow::Result<Pushed> {
     let recording = Recording::open(dir)?;
     let location = Location::parse(url)?;
     let store = location.store()?;
-    let remote = list(store.as_ref(), &location).await?;
+    if state
+        .listed_at
+        .is_none_or(|at| at.elapsed() >= RELIST_EVERY)
+    {
+        *state = PushState {
+            listed_at: Some(Instant::now()),
+            remote: list(store.as_ref(), &location).await?,
+            meta: None,
+        };
+    }
     let mut pushed = Pushed::default();
     let mut local_files = HashSet::new();
     for files in &recording.tables {
@@ -478,7 +545,7 @@ pub async fn push(dir: &Path, url: &str, options: &PushOptions) -> anyhow::Resul
                 .to_string_lossy();
             let relative = format!("{}/{name}", files.table.name);
             local_files.insert(relative.clone());
-            if remote.get(&relative) == Some(&chunk.bytes) {
+            if state.remote.get(&relative) == Some(&chunk.bytes) {
                 pushed.present += 1;
                 continue;
             }
@@ -486,6 +553,7 @@ pub async fn push(dir: &Path, url: &str, options: &PushOptions) -> anyhow::Resul
                 Ok(bytes) => {
                     pushed.uploaded += 1;
                     pushed.bytes += bytes;
+                    state.remote.insert(relative, bytes);
                 }
                 // Retention retired it since the directory was read.
                 Err(UploadError::Gone) => {}
@@ -496,40 +564,49 @@ pub async fn push(dir: &Path, url: &str, options: &PushOptions) -> anyhow::Resul
     let meta_path = dir.join(layout::RECORDING_FILE);
     let meta = std::fs::read(&meta_path).map_err(|e| RemoteError::io(url, &meta_path, &e))?;
     let meta_key = location.key(layout::RECORDING_FILE);
-    let remote_meta = match remote.get(layout::RECORDING_FILE) {
-        Some(&size) if size == meta.len() as u64 => Some(
-            store
-                .get(&meta_key)
-                .await
-                .map_err(|e| RemoteError::store(url, &e))?
-                .bytes()
-                .await
-                .map_err(|e| RemoteError::store(url, &e))?,
-        ),
-        _ => None,
-    };
-    if remote_meta.as_deref() == Some(meta.as_slice()) {
+    if state.meta.is_none()
+        && state.remote.get(layout::RECORDING_FILE) == Some(&(meta.len() as u64))
+    {
+        let remote_meta = store
+            .get(&meta_key)
+            .await
+            .map_err(|e| RemoteError::store(url, &e))?
+            .bytes()
+            .await
+            .map_err(|e| RemoteError::store(url, &e))?;
+        state.meta = Some(remote_meta.to_vec());
+    }
+    if state.meta.as_deref() == Some(meta.as_slice()) {
         pushed.present += 1;
     } else {
         pushed.bytes += meta.len() as u64;
         pushed.uploaded += 1;
         store
-            .put(&meta_key, PutPayload::from(meta))
+            .put(&meta_key, PutPayload::from(meta.clone()))
             .await
             .map_err(|e| RemoteError::store(url, &e))?;
+        state
+            .remote
+            .insert(layout::RECORDING_FILE.to_owned(), meta.len() as u64);
+        state.meta = Some(meta);
     }
     if options.delete {
-        for relative in remote.keys() {
-            if relative == layout::RECORDING_FILE
-                || !recording_file(relative)
-                || local_files.contains(relative)
-            {
-                continue;
-            }
+        let retired: Vec<String> = state
+            .remote
+            .keys()
+            .filter(|relative| {
+                *relative != layout::RECORDING_FILE
+                    && recording_file(relative)
+                    && !local_files.contains(*relative)
+            })
+            .cloned()
+            .collect();
+        for relative in retired {
             store
-                .delete(&location.key(relative))
+                .delete(&location.key(&relative))
                 .await
                 .map_err(|e| RemoteError::store(url, &e))?;
+            state.remote.remove(&relative);
             pushed.deleted += 1;
         }
     }
@@ -610,8 +687,9 @@ pub async fn push_follow(
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut first = true;
+    let mut state = PushState::default();
     loop {
-        match push(dir, url, options).await {
+        match push(dir, url, options, &mut state).await {
             Ok(pushed) => {
                 write_pushed(dir, url, &pushed, &mut out)?;
                 out.flush()?;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# fleet.sh: what shipping a recording to a bucket costs, and how long one
+# question over N hosts takes from the bucket beside the same N directories.
+#
+# The bucket is moto on the loopback (one Python process): its speed is not
+# S3's, so the figures that carry over to a real fleet are the bytes and
+# requests, and the warm-cache times, which read local copies.
+#
+#   push         `hindsight push REC s3://…/h1` into an empty prefix; then again
+#                with nothing to send (a --follow round on an idle host)
+#   N = 1 2 4 8  REC pushed under N host prefixes and copied to N directories:
+#                  count    `sql`: switches per host
+#                  runqlat  `report runqlat --interval 1m` (REC is indexed first,
+#                           so the derived tables travel with it)
+#                each over the directories (local), over s3:// with an empty
+#                cache (cold: lists and downloads everything) and with the cache
+#                full (warm: lists, downloads nothing); rounds interleaved,
+#                medians of wall time
+#
+# Usage, from the repository, after `cargo build --release -p hindsight`:
+#   bench/fleet.sh REC
+#   ROUNDS=5 HOSTS="1 2 4" bench/fleet.sh REC
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=${BIN:-$repo/target/release}
+rounds=${ROUNDS:-3}
+hosts=${HOSTS:-1 2 4 8}
+rec=${1:?usage: bench/fleet.sh RECORDING}
+work=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+python3 -m moto.server -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+moto=$!
+trap 'kill $moto 2>/dev/null; rm -rf "$work"' EXIT
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1 \
+  AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true
+export HINDSIGHT_CACHE_DIR=$work/cache
+for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break; sleep 0.2; done
+python3 -c "import boto3; boto3.client('s3').create_bucket(Bucket='bench')"
+
+"$bin/hindsight" index "$rec" >/dev/null
+files=$(find "$rec" -name '*.parquet' ! -name '.*' | wc -l)
+bytes=$(find "$rec" \( -name '*.parquet' -o -name recording.json \) ! -name '.*' -printf '%s\n' | awk '{s += $1} END {print s}')
+echo "recording: $rec, $files chunk files + recording.json, $bytes bytes"
+
+seconds() { # wall seconds of a command, its output discarded
+  local start end
+  start=$(date +%s.%N)
+  "$@" >/dev/null
+  end=$(date +%s.%N)
+  echo "$end - $start" | bc
+}
+median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+first=$(seconds "$bin/hindsight" push "$rec" s3://bench/push/h1)
+again=$(seconds "$bin/hindsight" push "$rec" s3://bench/push/h1)
+echo "push: first $first s ($files + 1 files), again with nothing new $again s"
+
+for n in $hosts; do
+  rm -rf "$work/local" "$work/cache"
+  mkdir -p "$work/local"
+  dirs=()
+  for i in $(seq "$n"); do
+    cp -r "$rec" "$work/local/h$i"
+    dirs+=("$work/local/h$i")
+    "$bin/hindsight" push "$rec" "s3://bench/n$n/h$i" >/dev/null
+  done
+  url=s3://bench/n$n
+  for question in count runqlat; do
+    case $question in
+      count) args=(sql) tail=('SELECT host, count(*) FROM sched_switch GROUP BY host' --format csv) ;;
+      runqlat) args=(report runqlat) tail=(--interval 1m --format csv) ;;
+    esac
+    : >"$work/local.t"; : >"$work/cold.t"; : >"$work/warm.t"
+    for _ in $(seq "$rounds"); do
+      seconds "$bin/hindsight" "${args[@]}" "${dirs[@]}" "${tail[@]}" >>"$work/local.t"
+      rm -rf "$work/cache"
+      seconds "$bin/hindsight" "${args[@]}" "$url" "${tail[@]}" >>"$work/cold.t"
+      seconds "$bin/hindsight" "${args[@]}" "$url" "${tail[@]}" >>"$work/warm.t"
+    done
+    # The same answer both ways (the host labels are the directory names).
+    diff <("$bin/hindsight" "${args[@]}" "${dirs[@]}" "${tail[@]}") \
+      <("$bin/hindsight" "${args[@]}" "$url" "${tail[@]}") >/dev/null \
+      || { echo "N=$n $question: the bucket's answer differs from the directories'" >&2; exit 1; }
+    printf 'N=%s %-8s local %6.2f s   s3 cold %6.2f s   s3 warm %6.2f s   (medians of %s)\n' \
+      "$n" "$question" "$(median <"$work/local.t")" "$(median <"$work/cold.t")" \
+      "$(median <"$work/warm.t")" "$rounds"
+  done
+done
