@@ -9,7 +9,7 @@
 #   push         `hindsight push REC s3://…/h1` into an empty prefix; then again
 #                with nothing to send (a --follow round on an idle host)
 #   N = 1 2 4 8  REC pushed under N host prefixes and copied to N directories:
-#                  count    `sql`: switches per host
+#                  count    `sql`: the switches of all hosts
 #                  runqlat  `report runqlat --interval 1m` (REC is indexed first,
 #                           so the derived tables travel with it)
 #                each over the directories (local), over s3:// with an empty
@@ -67,7 +67,7 @@ for n in $hosts; do
   url=s3://bench/n$n
   for question in count runqlat; do
     case $question in
-      count) args=(sql) tail=('SELECT host, count(*) FROM sched_switch GROUP BY host' --format csv) ;;
+      count) args=(sql) tail=('SELECT count(*) FROM sched_switch' --format csv) ;;
       runqlat) args=(report runqlat) tail=(--interval 1m --format csv) ;;
     esac
     : >"$work/local.t"; : >"$work/cold.t"; : >"$work/warm.t"
