@@ -67,10 +67,13 @@ impl S3Server {
         ]
     }
 
-    fn create_bucket(&self, bucket: &str) {
+    /// Runs `script` with `s3`, a boto3 client of this server (an S3 client
+    /// independent of hindsight's), and returns what it printed.
+    fn boto3(&self, script: &str) -> String {
         let script = format!(
-            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
-             aws_access_key_id='k', aws_secret_access_key='k').create_bucket(Bucket='{bucket}')",
+            "import boto3\n\
+             s3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+             aws_access_key_id='k', aws_secret_access_key='k')\n{script}",
             self.endpoint
         );
         let out = run(Command::new("python3").args(["-c", &script]));
@@ -79,47 +82,29 @@ impl S3Server {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn create_bucket(&self, bucket: &str) {
+        self.boto3(&format!("s3.create_bucket(Bucket='{bucket}')"));
     }
 
     /// Every key in the bucket, with its size, as boto3 lists them.
     fn keys(&self, bucket: &str) -> Vec<(String, u64)> {
-        let script = format!(
-            "import boto3\n\
-             s3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
-             aws_access_key_id='k', aws_secret_access_key='k')\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n\
-             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])",
-            self.endpoint
-        );
-        let out = run(Command::new("python3").args(["-c", &script]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (key, size) = l.rsplit_once(' ').unwrap();
-                (key.to_owned(), size.parse().unwrap())
-            })
-            .collect()
+        self.boto3(&format!(
+            "for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n\
+             \x20   for o in page.get('Contents', []): print(o['Key'], o['Size'])"
+        ))
+        .lines()
+        .map(|l| {
+            let (key, size) = l.rsplit_once(' ').unwrap();
+            (key.to_owned(), size.parse().unwrap())
+        })
+        .collect()
     }
 
     fn delete(&self, bucket: &str, key: &str) {
-        let script = format!(
-            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
-             aws_access_key_id='k', aws_secret_access_key='k').delete_object(Bucket='{bucket}', \
-             Key='{key}')",
-            self.endpoint
-        );
-        let out = run(Command::new("python3").args(["-c", &script]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.boto3(&format!("s3.delete_object(Bucket='{bucket}', Key='{key}')"));
     }
 }
 
