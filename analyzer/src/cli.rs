@@ -358,8 +358,8 @@ AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL (or AWS_ENDPOINT) for a serv
 AWS, AWS_ALLOW_HTTP=true for a plain-HTTP endpoint. A missing bucket or a refused key is one \
 line naming it, exit code 2.\n\n\
 Examples:\n  \
-hindsight push /var/lib/hindsight s3://fleet/recordings/$(hostname)\n  \
-hindsight push --follow /var/lib/hindsight s3://fleet/recordings/$(hostname)\n  \
+hindsight push /var/lib/hindsight/rec s3://fleet/recordings/$(hostname)\n  \
+hindsight push --follow /var/lib/hindsight/rec s3://fleet/recordings/$(hostname)\n  \
 hindsight report runqlat s3://fleet/recordings --from 03:05 --to 03:15"
 )]
 pub struct PushArgs {
