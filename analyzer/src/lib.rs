@@ -236,9 +236,14 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
 }
 
 /// Replaces every `s3://` recording the action reads with the local
-/// copies of the recordings under it (see [`remote`]).
+/// copies of the recordings under it (see [`remote`]). A command that
+/// names one URL and a time window fetches only the chunks the window
+/// needs, and its times are made absolute against the whole recording's
+/// range, which the partial copy does not hold.
 async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
     use cli::Action;
+    let span = span_of(action);
+    let mut range = None;
     match action {
         Action::Sql { recordings, .. }
         | Action::Info { recordings, .. }
@@ -246,16 +251,21 @@ async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
         | Action::Report { recordings, .. }
         | Action::Flamegraph { recordings, .. }
         | Action::Export(export::Request::Pprof { recordings, .. }) => {
+            // Relative times count from all the recordings named together.
+            let span = span.filter(|_| recordings.len() == 1);
             let mut local = Vec::with_capacity(recordings.len());
             for arg in recordings.iter() {
-                local.extend(fetch_one_url(arg).await?);
+                let (dirs, whole) = fetch_one_url(arg, span.as_ref()).await?;
+                local.extend(dirs);
+                range = range.or(whole);
             }
             *recordings = local;
         }
         Action::Slice(slice::Request { source: one, .. })
         | Action::HtmlReport(report::html::Request { recording: one, .. })
         | Action::Export(export::Request::Perfetto { recording: one, .. }) => {
-            let local = fetch_one_url(one).await?;
+            let (local, whole) = fetch_one_url(one, span.as_ref()).await?;
+            range = whole;
             if local.len() > 1 {
                 return Err(UsageError(format!(
                     "{}: holds {} recordings, one per host; this command reads one: \
@@ -270,26 +280,133 @@ async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
         }
         Action::Record { .. } | Action::Push { .. } => {}
     }
+    if let Some(range) = range {
+        for when in times_of(action) {
+            if let Ok(t) = when.resolve(range) {
+                *when = when::When::Absolute(t);
+            }
+        }
+    }
     Ok(())
 }
 
-/// The local copies of `arg`'s recordings when it is an `s3://` URL, else `arg`.
-async fn fetch_one_url(arg: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+/// The time an action reads, for fetching only that much of a bucket;
+/// `None` for the actions that read everything (`sql`, `info`, `index`,
+/// and the Perfetto export, whose first states come from any time before).
+fn span_of(action: &cli::Action) -> Option<remote::Span> {
+    use cli::Action;
+    use hindsight_schemas::derived::{DERIVED_TABLES, OFF_CPU_INTERVAL, RUNQ_WAIT};
+    use hindsight_schemas::Table;
+    use report::LOOKBACK_NS;
+    // The derived tables each reads (see remote::Span::derived).
+    let every_derived = DERIVED_TABLES;
+    static RUNQ_ONLY: [&Table; 1] = [&RUNQ_WAIT];
+    static OFF_CPU_ONLY: [&Table; 1] = [&OFF_CPU_INTERVAL];
+    let span = |(from, to): (Option<when::When>, Option<when::When>), before_ns| remote::Span {
+        from,
+        to,
+        before_ns,
+        before_window: false,
+        after_ns: 0,
+        derived: every_derived,
+    };
+    match action {
+        Action::Report { kind, options, .. } => {
+            let interval = options.interval.ns();
+            if let Some(at) = options.at {
+                return Some(remote::Span {
+                    after_ns: interval,
+                    derived: &[],
+                    ..span((Some(at), Some(at)), LOOKBACK_NS + interval)
+                });
+            }
+            // Reports align `from` down to their interval, and those with
+            // counters read the sample before it.
+            let (history, derived): (i64, &'static [&'static Table]) = match kind {
+                report::Kind::Runqlat => (0, &RUNQ_ONLY),
+                report::Kind::Timeline => {
+                    (report::timeline::HISTORY_NS + LOOKBACK_NS, every_derived)
+                }
+                _ => (LOOKBACK_NS, &[]),
+            };
+            Some(remote::Span {
+                derived,
+                ..span((options.from, options.to), history + interval)
+            })
+        }
+        Action::HtmlReport(request) => Some(remote::Span {
+            before_window: request.interval.is_none(),
+            ..span(
+                (request.from, request.to),
+                report::timeline::HISTORY_NS
+                    + LOOKBACK_NS
+                    + request.interval.map_or(0, report::Interval::ns),
+            )
+        }),
+        Action::Slice(request) => Some(span((request.from, request.to), LOOKBACK_NS)),
+        Action::Flamegraph {
+            window, options, ..
+        }
+        | Action::Export(export::Request::Pprof {
+            window, options, ..
+        }) => Some(remote::Span {
+            derived: match options.mode {
+                flamegraph::Mode::OffCpu => &OFF_CPU_ONLY,
+                _ => &[],
+            },
+            ..span(*window, 0)
+        }),
+        _ => None,
+    }
+}
+
+/// The action's `--from`, `--to` and `--at`.
+fn times_of(action: &mut cli::Action) -> Vec<&mut when::When> {
+    use cli::Action;
+    let times: Vec<&mut Option<when::When>> = match action {
+        Action::Report { options, .. } => {
+            vec![&mut options.from, &mut options.to, &mut options.at]
+        }
+        Action::HtmlReport(r) => vec![&mut r.from, &mut r.to],
+        Action::Slice(r) => vec![&mut r.from, &mut r.to],
+        Action::Flamegraph { window, .. }
+        | Action::Export(export::Request::Pprof { window, .. }) => {
+            vec![&mut window.0, &mut window.1]
+        }
+        _ => Vec::new(),
+    };
+    times.into_iter().filter_map(Option::as_mut).collect()
+}
+
+/// The local copies of `arg`'s recordings when it is an `s3://` URL, else
+/// `arg`; and the whole recording's range when only part was fetched.
+async fn fetch_one_url(
+    arg: &std::path::Path,
+    span: Option<&remote::Span>,
+) -> anyhow::Result<(Vec<PathBuf>, Option<Option<(i64, i64)>>)> {
     if !remote::is_remote(arg) {
-        return Ok(vec![arg.to_path_buf()]);
+        return Ok((vec![arg.to_path_buf()], None));
     }
     let url = arg.to_string_lossy();
-    let (dirs, fetched) = remote::fetch(&url).await?;
-    if io::IsTerminal::is_terminal(&io::stderr()) && fetched.files > 0 {
+    let (dirs, fetched) = remote::fetch(&url, span).await?;
+    if io::IsTerminal::is_terminal(&io::stderr()) && (fetched.files > 0 || fetched.skipped > 0) {
+        let skipped = if fetched.skipped > 0 {
+            format!(
+                ", {} outside the window left there ({} footers read to tell)",
+                fetched.skipped, fetched.footers
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "{url}: fetched {} files ({}) into {}, {} already there",
+            "{url}: fetched {} files ({}) into {}, {} already there{skipped}",
             fetched.files,
             info::human_bytes(fetched.bytes),
             remote::cache_root().display(),
             fetched.cached
         );
     }
-    Ok(dirs)
+    Ok((dirs, fetched.range))
 }
 
 /// Replaces this process with `hindsight-record ARGS`: the sibling of this

@@ -302,7 +302,7 @@ fn check_tags(
 }
 
 /// Min and max of the `ts` column over all row groups, from statistics.
-fn ts_range(footer: &ParquetMetaData) -> Option<(i64, i64)> {
+pub(crate) fn ts_range(footer: &ParquetMetaData) -> Option<(i64, i64)> {
     footer
         .row_groups()
         .iter()

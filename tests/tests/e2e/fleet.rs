@@ -417,3 +417,198 @@ fn a_missing_bucket_or_a_refused_key_is_one_line_and_exit_code_2() {
     // The pushed recording is untouched by all of it.
     assert!(rec.join("recording.json").exists());
 }
+
+/// A command with a time window fetches only the chunks the window needs,
+/// once the recording is indexed, and prints what the whole recording
+/// gives: the report, the flame graph and the slice over the bucket equal
+/// those over the directory. A recording not indexed is fetched whole (its
+/// reports pair raw events from any time before the window).
+#[test]
+fn a_window_fetches_only_the_chunks_it_reads_and_answers_as_the_whole() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let server = S3Server::start(false);
+    server.create_bucket("fleet");
+    let host = scratch.dir.path().join("host");
+    let chunks_of = |dir: &Path, table: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(table))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".parquet") && !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let switch_chunks = |dir: &Path| chunks_of(dir, "sched_switch");
+    // Busy until 8 chunks have closed: a loaded machine rotates late.
+    let recorder = Recorder::start(&host, &["--chunk", "1s"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while switch_chunks(&host).len() < 8 && Instant::now() < deadline {
+        pingpong(2_000);
+        thread::sleep(Duration::from_millis(700));
+    }
+    settle();
+    recorder.stop();
+    let url = "s3://fleet/win/host";
+    let host_arg = host.to_str().unwrap();
+    let push = || {
+        let cache = scratch.dir.path().join("push-cache");
+        stdout_of(hindsight(&server, &cache, &["push", host_arg, url]), "push")
+    };
+    push();
+    let recorded = switch_chunks(&host);
+    assert!(recorded.len() >= 8, "8 chunks of 1 s: {recorded:?}");
+    // The window: the fifth chunk's second, from the chunk names (the
+    // wall-clock times they opened, 20261204T171952.019Z-000004.parquet).
+    let opened = |name: &str| {
+        let t = &name[..name.find('Z').unwrap()];
+        format!(
+            "{}-{}-{}T{}:{}:{}Z",
+            &t[0..4],
+            &t[4..6],
+            &t[6..8],
+            &t[9..11],
+            &t[11..13],
+            &t[13..]
+        )
+    };
+    let (from, to) = (opened(&recorded[4]), opened(&recorded[5]));
+    let first_and_last = [&recorded[0], recorded.last().unwrap()];
+    let mut caches = 0;
+    // Runs `args` (REC standing for the recording) over the directory and
+    // over the bucket with an empty cache; returns that cache's copy.
+    let mut compare = |args: &[&str]| {
+        caches += 1;
+        let cache = scratch.dir.path().join(format!("cache{caches}"));
+        let with = |rec: &str| -> Vec<String> {
+            args.iter()
+                .map(|a| {
+                    if *a == "REC" {
+                        rec.to_owned()
+                    } else {
+                        a.to_string()
+                    }
+                })
+                .collect()
+        };
+        let over = |rec: &str| {
+            let args = with(rec);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            stdout_of(hindsight(&server, &cache, &args), &format!("{args:?}"))
+        };
+        let expected = over(host_arg);
+        let got = over(url);
+        assert!(!expected.trim().is_empty(), "{args:?} printed nothing");
+        assert_eq!(got, expected, "{args:?}");
+        cache.join("s3/fleet/win/host")
+    };
+    let runqlat = [
+        "report",
+        "runqlat",
+        "REC",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ];
+    // Not indexed: runqlat pairs raw events, from any time, so the sched
+    // tables come whole; the counters only for the window.
+    let copy = compare(&runqlat);
+    assert_eq!(switch_chunks(&copy), recorded, "sched_switch whole");
+    let counters = chunks_of(&copy, "counter");
+    assert!(
+        !counters.is_empty() && first_and_last.iter().all(|c| !counters.contains(c)),
+        "counter chunks of {recorded:?} fetched for {from}..{to}: {counters:?}"
+    );
+
+    let indexed = run(Command::new(bin("hindsight")).args(["index", host_arg]));
+    assert!(indexed.status.success(), "{indexed:?}");
+    push();
+    // Indexed: the window's groups only, the second before it for the
+    // first interval's alignment.
+    let fetched = switch_chunks(&compare(&runqlat));
+    eprintln!("runqlat over {from}..{to}: fetched {fetched:?} of {recorded:?}");
+    assert!(
+        !fetched.is_empty() && first_and_last.iter().all(|c| !fetched.contains(c)),
+        "runqlat over {from}..{to} of {recorded:?} fetched {fetched:?}"
+    );
+    // Times relative to the recording's ends resolve as over the whole.
+    let fetched = switch_chunks(&compare(&[
+        "flamegraph",
+        "REC",
+        "--off-cpu",
+        "--from",
+        "+3s",
+        "--to",
+        "+5s",
+    ]));
+    eprintln!(
+        "off-CPU flame graph over 2 s: {} of {}",
+        fetched.len(),
+        recorded.len()
+    );
+    // Counters need the sample before the window: nothing is left out of
+    // a recording this short, but the times still resolve as the whole's.
+    compare(&[
+        "report",
+        "atop",
+        "REC",
+        "--from",
+        "-3s",
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ]);
+    for (i, rec) in [host_arg, url].iter().enumerate() {
+        let out = scratch.dir.path().join(format!("slice{i}"));
+        let cache = scratch.dir.path().join(format!("slice-cache{i}"));
+        let cut = hindsight(
+            &server,
+            &cache,
+            &[
+                "slice",
+                rec,
+                "--from",
+                "+1s",
+                "--to",
+                "-2s",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        stdout_of(cut, "slice");
+    }
+    let summary = |i: usize| {
+        let out = scratch.dir.path().join(format!("slice{i}"));
+        stdout_of(
+            hindsight(
+                &server,
+                &scratch.dir.path().join("unused"),
+                &[
+                    "sql",
+                    out.to_str().unwrap(),
+                    "SELECT (SELECT count(*) FROM sched_switch) AS switches, \
+                     (SELECT min(ts) FROM sched_switch) AS first, \
+                     (SELECT count(*) FROM counter) AS counters, \
+                     (SELECT count(*) FROM process) AS processes",
+                    "--format",
+                    "csv",
+                ],
+            ),
+            "sql over a slice",
+        )
+    };
+    assert_eq!(
+        summary(1),
+        summary(0),
+        "a slice of the bucket is the directory's"
+    );
+}

@@ -14,6 +14,13 @@
 //! sequence), so one whose size matches is not fetched again, and a chunk
 //! the bucket no longer has (retention) leaves the cache too.
 //!
+//! A command with a time window (`--from`/`--to`, `top --at`) that names
+//! one URL fetches only the chunks the window needs ([`window`]): chosen
+//! by their names, and where names cannot tell, by the `ts` statistics of
+//! their footers, read with a ranged GET before any chunk is downloaded.
+//! Its times are then made absolute against the whole recording, so it
+//! answers as it would over the whole directory.
+//!
 //! Credentials, region and endpoint come from the standard AWS environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, `AWS_ALLOW_HTTP=true` for a local
@@ -42,6 +49,9 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 use crate::recording::Recording;
+
+mod window;
+pub use window::Span;
 
 /// The one URL scheme read and written.
 pub const SCHEME: &str = "s3://";
@@ -278,12 +288,21 @@ pub struct Fetched {
     pub files: usize,
     pub bytes: u64,
     pub cached: usize,
+    /// Chunks outside the command's window, left in the bucket.
+    pub skipped: usize,
+    /// Footers read from the bucket to find the window's chunks.
+    pub footers: usize,
+    /// When the window narrowed the fetch: the first and last event of the
+    /// whole recording, which the command's relative times must resolve
+    /// against (the copy holds only part of it).
+    pub range: Option<Option<(i64, i64)>>,
 }
 
 /// The local copies of the recordings under `url`: one directory when the
 /// prefix is a recording, one per host (sorted) when it holds several.
-/// Downloads what the cache lacks; see the module doc.
-pub async fn fetch(url: &str) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
+/// Downloads what the cache lacks of what a command reading `span` needs
+/// (everything when `span` is `None`); see the module doc and [`window`].
+pub async fn fetch(url: &str, span: Option<&Span>) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
     let location = Location::parse(url)?;
     let store = location.store()?;
     let objects = list(store.as_ref(), &location).await?;
@@ -303,29 +322,54 @@ pub async fn fetch(url: &str) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
         .join("s3")
         .join(&location.bucket)
         .join(&location.prefix);
-    let mut dirs = Vec::new();
-    let mut jobs = Vec::new();
+    let dirs: Vec<PathBuf> = roots
+        .iter()
+        .map(|root| {
+            if root.is_empty() {
+                cache.clone()
+            } else {
+                cache.join(root)
+            }
+        })
+        .collect();
+    let wanted: Vec<BTreeMap<String, u64>> = roots
+        .iter()
+        .map(|root| {
+            objects
+                .iter()
+                .filter_map(|(key, size)| {
+                    let relative = if root.is_empty() {
+                        key.as_str()
+                    } else {
+                        key.strip_prefix(root.as_str())?.strip_prefix('/')?
+                    };
+                    recording_file(relative).then(|| (relative.to_owned(), *size))
+                })
+                .collect()
+        })
+        .collect();
+    for (dir, files) in dirs.iter().zip(&wanted) {
+        forget_retired(dir, files, url)?;
+    }
     let mut fetched = Fetched::default();
-    for root in &roots {
-        let dir = if root.is_empty() {
-            cache.clone()
-        } else {
-            cache.join(root)
-        };
-        let wanted: BTreeMap<&str, u64> = objects
-            .iter()
-            .filter_map(|(key, size)| {
-                let relative = if root.is_empty() {
-                    key.as_str()
-                } else {
-                    key.strip_prefix(root.as_str())?.strip_prefix('/')?
-                };
-                recording_file(relative).then_some((relative, *size))
-            })
-            .collect();
-        forget_retired(&dir, &wanted, url)?;
-        for (relative, size) in wanted {
-            let local = dir.join(relative);
+    let selection = match span {
+        Some(span) => window::select(&store, &location, &roots, &wanted, &dirs, span).await?,
+        None => None,
+    };
+    let keep: Vec<Vec<String>> = match selection {
+        Some(selection) => {
+            fetched.skipped = selection.skipped;
+            fetched.footers = selection.footers_read;
+            fetched.range = Some(selection.range);
+            selection.keep
+        }
+        None => wanted.iter().map(|w| w.keys().cloned().collect()).collect(),
+    };
+    let mut jobs = Vec::new();
+    for (((root, dir), files), keep) in roots.iter().zip(&dirs).zip(&wanted).zip(keep) {
+        for relative in keep {
+            let size = files[&relative];
+            let local = dir.join(&relative);
             // recording.json is rewritten as a recording goes on; a closed
             // chunk never is.
             let same = relative != layout::RECORDING_FILE
@@ -335,13 +379,12 @@ pub async fn fetch(url: &str) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
                 continue;
             }
             let key = if root.is_empty() {
-                relative.to_owned()
+                relative
             } else {
                 format!("{root}/{relative}")
             };
             jobs.push((location.key(&key), local, size));
         }
-        dirs.push(dir);
     }
     let total: u64 = jobs.iter().map(|(_, _, size)| size).sum();
     let mut progress = crate::progress::Progress::bytes("downloading", total);
@@ -379,7 +422,11 @@ fn recording_roots(objects: &BTreeMap<String, u64>) -> Vec<String> {
 /// (retention retired them), so the copy reads as the bucket does. Tables
 /// the bucket has no chunk of are left alone: `hindsight index` may have
 /// derived them in the cache.
-fn forget_retired(dir: &Path, wanted: &BTreeMap<&str, u64>, url: &str) -> Result<(), RemoteError> {
+fn forget_retired(
+    dir: &Path,
+    wanted: &BTreeMap<String, u64>,
+    url: &str,
+) -> Result<(), RemoteError> {
     let remote_tables: HashSet<&str> = wanted
         .keys()
         .filter_map(|relative| relative.split_once('/').map(|(table, _)| table))
@@ -410,7 +457,7 @@ fn forget_retired(dir: &Path, wanted: &BTreeMap<&str, u64>, url: &str) -> Result
             if !layout::is_chunk_file(name) {
                 continue;
             }
-            if !wanted.contains_key(format!("{}/{name}", table.name).as_str()) {
+            if !wanted.contains_key(&format!("{}/{name}", table.name)) {
                 let path = entry.path();
                 std::fs::remove_file(&path).map_err(|e| RemoteError::io(url, &path, &e))?;
             }

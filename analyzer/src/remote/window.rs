@@ -1,0 +1,593 @@
+//! Which chunks of a bucket's recordings a command with a time window
+//! needs, decided before anything is downloaded: by the chunks' names, and
+//! where the names cannot decide, by the `ts` statistics in their footers
+//! (one ranged GET each, remembered beside the cached copy).
+//!
+//! Every table of a recording rotates at once and names its chunk by the
+//! wall-clock time it opened (`layout::chunk_file_name`), so the chunks of
+//! one name, a *group*, cover one stretch of time: from their name to the
+//! next group's. A raw table's rows are written as they are decoded, so
+//! their `ts` is within [`NAME_SLACK_NS`] of that stretch. A derived table
+//! (`hindsight index`) holds intervals, written in the group where they
+//! end: a row's `ts` (its start) is never after the stretch ends, but can
+//! be any time before it (a thread asleep for a day).
+//!
+//! Invariants:
+//! - The chunks kept are a superset of those with a row the command reads;
+//!   the command then reads the copy with its window made absolute
+//!   ([`Selection::range`]), so it prints what the whole recording gives.
+//! - A group is kept whole or not at all: the copy stays indexed and
+//!   every sample keeps its stacks and frames.
+//! - `process` is always kept whole: a process's name may be in the
+//!   recording's first chunk only.
+//! - In a recording that is not indexed, a command that pairs events
+//!   (run-queue waits, off-CPU time, the timeline) reads views over raw
+//!   `sched_switch` and `sched_wakeup`, whose pairs reach any time before
+//!   or after the window: those two tables are fetched whole, the others
+//!   narrowed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use hindsight_schemas::tables::{SCHED_SWITCH, SCHED_WAKEUP};
+use hindsight_schemas::when::When;
+use hindsight_schemas::{derived, layout, Table};
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use parquet::file::FOOTER_SIZE;
+
+use super::{Location, RemoteError};
+
+/// How far a raw row's `ts` may lie outside its group's stretch of names:
+/// events decoded just after a rotation belong to the new chunk, and the
+/// names are wall-clock time while `ts` is the kernel's clock made UTC.
+pub const NAME_SLACK_NS: i64 = 120 * 1_000_000_000;
+
+/// The table every chunk of which is kept.
+const WHOLE_TABLE: &str = "process";
+
+/// Bytes read from a chunk's end in the first request: the footer and its
+/// length, for all but very wide files.
+const FOOTER_GUESS: u64 = 64 << 10;
+
+/// Footer reads in flight at once.
+const FOOTERS_IN_FLIGHT: usize = 16;
+
+/// Where the `ts` ranges of a cached recording's chunks are remembered,
+/// in its cache directory: `TABLE/NAME SIZE MIN MAX` a line (`-` for none).
+const RANGES_FILE: &str = ".chunk-ts-ranges";
+
+/// The time a command reads, as given on its command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub from: Option<When>,
+    pub to: Option<When>,
+    /// Also read this long before `from` (a report's baselines).
+    pub before_ns: i64,
+    /// And, further, as long again as the window (an interval chosen from
+    /// the window's length aligns `from` down by up to that much).
+    pub before_window: bool,
+    /// Also read this long after `to` (`top --at`'s interval).
+    pub after_ns: i64,
+    /// The derived tables the command reads. Only their rows can start
+    /// long before the group that holds them, so only their footers are
+    /// read for the groups after the window.
+    pub derived: &'static [&'static Table],
+}
+
+/// The chunks to fetch and the time range the window resolved against.
+#[derive(Debug)]
+pub struct Selection {
+    /// Per recording root (as given to [`select`]), the files to fetch.
+    pub keep: Vec<Vec<String>>,
+    /// The first and last event of all the recordings, as the whole copy
+    /// would report them: what relative times resolve against.
+    pub range: Option<(i64, i64)>,
+    /// Chunks left in the bucket.
+    pub skipped: usize,
+    /// Footers read from the bucket to decide.
+    pub footers_read: usize,
+}
+
+/// One closed chunk in the bucket.
+#[derive(Debug)]
+struct Chunk {
+    root: usize,
+    /// `TABLE/NAME`, below the recording's root.
+    relative: String,
+    key: object_store::path::Path,
+    size: u64,
+    derived: bool,
+}
+
+/// The chunks of one name in one recording.
+#[derive(Debug)]
+struct Group {
+    root: usize,
+    start: i64,
+    /// The next group's name, the end of this one's stretch; `None` for the last.
+    next: Option<i64>,
+    chunks: Vec<usize>,
+}
+
+impl Group {
+    /// Bounds on the `ts` of a chunk of this group, from names alone.
+    fn bounds(&self, chunk: &Chunk) -> (i64, i64) {
+        let lo = if chunk.derived {
+            i64::MIN
+        } else {
+            self.start.saturating_sub(NAME_SLACK_NS)
+        };
+        let hi = self
+            .next
+            .map_or(i64::MAX, |next| next.saturating_add(NAME_SLACK_NS));
+        (lo, hi)
+    }
+}
+
+/// What a chunk's footer said of its `ts`: `Some(None)` for no rows or no
+/// `ts`, `None` when it could not be read (then the chunk is kept, and
+/// opening the copy names what is wrong with it). Absent while unread.
+type Known = HashMap<usize, Option<Option<(i64, i64)>>>;
+
+/// A chunk's size and `ts` range, as a ranges file remembers them.
+type Remembered = (u64, Option<(i64, i64)>);
+
+struct Selector<'a> {
+    store: &'a Arc<dyn ObjectStore>,
+    url: &'a str,
+    dirs: &'a [PathBuf],
+    chunks: Vec<Chunk>,
+    groups: Vec<Group>,
+    known: Known,
+    /// What the ranges files held, by (root, relative): (size, range).
+    remembered: HashMap<(usize, String), Remembered>,
+    footers_read: usize,
+}
+
+/// Chooses what of `wanted` (per recording root, the files and their
+/// sizes; `dirs` their cache directories) the command needs for `span`.
+/// `None` when the window cannot narrow anything: no window, or times
+/// that do not resolve (the command then says why).
+pub async fn select(
+    store: &Arc<dyn ObjectStore>,
+    location: &Location,
+    roots: &[String],
+    wanted: &[BTreeMap<String, u64>],
+    dirs: &[PathBuf],
+    span: &Span,
+) -> Result<Option<Selection>, RemoteError> {
+    if span.from.is_none() && span.to.is_none() {
+        return Ok(None);
+    }
+    // Not indexed, a command that pairs events reads the views over these
+    // two, whose pairs can reach any time before or after the window.
+    let whole: &[&str] = if wanted.iter().all(indexed) || span.derived.is_empty() {
+        &[WHOLE_TABLE]
+    } else {
+        &[WHOLE_TABLE, SCHED_SWITCH.name, SCHED_WAKEUP.name]
+    };
+    let mut selector = Selector::new(store, location, roots, wanted, dirs);
+    let range = selector.range().await?;
+    let resolve = |when: Option<When>| when.map(|w| w.resolve(range)).transpose();
+    let (Ok(from), Ok(to)) = (resolve(span.from), resolve(span.to)) else {
+        return Ok(None);
+    };
+    let mut lo = from.map(|f| f.saturating_sub(span.before_ns));
+    if span.before_window {
+        // Without --to the window runs to the last event.
+        if let (Some(l), Some(f), Some(t)) = (lo, from, to.or(range.map(|r| r.1))) {
+            lo = Some(l.saturating_sub(t.saturating_sub(f).max(0)));
+        }
+    }
+    let hi = to.map(|t| t.saturating_add(span.after_ns));
+    let keep = selector
+        .keep(lo.unwrap_or(i64::MIN), hi.unwrap_or(i64::MAX), span.derived)
+        .await?;
+    selector.remember();
+    let mut selection = Selection {
+        keep: vec![Vec::new(); wanted.len()],
+        range,
+        skipped: 0,
+        footers_read: selector.footers_read,
+    };
+    for (root, files) in wanted.iter().enumerate() {
+        for relative in files.keys() {
+            let is_chunk = relative.contains('/');
+            let table = relative.split('/').next().unwrap_or_default();
+            if !is_chunk || whole.contains(&table) || keep.contains(&(root, relative.clone())) {
+                selection.keep[root].push(relative.clone());
+            } else {
+                selection.skipped += 1;
+            }
+        }
+    }
+    Ok(Some(selection))
+}
+
+/// Whether every `sched_switch` chunk in a listing has its derived chunks.
+fn indexed(files: &BTreeMap<String, u64>) -> bool {
+    let names = |table: &str| -> Vec<&str> {
+        files
+            .keys()
+            .filter_map(|r| r.strip_prefix(table)?.strip_prefix('/'))
+            .collect()
+    };
+    let source = names(derived::SOURCE_TABLE);
+    derived::DERIVED_TABLES
+        .iter()
+        .all(|t| names(t.name) == source)
+}
+
+impl<'a> Selector<'a> {
+    fn new(
+        store: &'a Arc<dyn ObjectStore>,
+        location: &'a Location,
+        roots: &[String],
+        wanted: &[BTreeMap<String, u64>],
+        dirs: &'a [PathBuf],
+    ) -> Selector<'a> {
+        let mut chunks = Vec::new();
+        let mut by_name: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+        for (root, files) in wanted.iter().enumerate() {
+            for (relative, size) in files {
+                let Some((table, name)) = relative.split_once('/') else {
+                    continue;
+                };
+                let key = if roots[root].is_empty() {
+                    relative.clone()
+                } else {
+                    format!("{}/{relative}", roots[root])
+                };
+                by_name.entry((root, name)).or_default().push(chunks.len());
+                chunks.push(Chunk {
+                    root,
+                    relative: relative.clone(),
+                    key: location.key(&key),
+                    size: *size,
+                    derived: derived::DERIVED_TABLES.iter().any(|t| t.name == table),
+                });
+            }
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        for ((root, name), members) in by_name {
+            let start = layout::chunk_start_ns(name).unwrap_or(i64::MIN);
+            if let Some(last) = groups.last_mut().filter(|g| g.root == root) {
+                last.next = Some(start);
+            }
+            groups.push(Group {
+                root,
+                start,
+                next: None,
+                chunks: members,
+            });
+        }
+        let remembered = dirs
+            .iter()
+            .enumerate()
+            .flat_map(|(root, dir)| {
+                read_ranges(dir)
+                    .into_iter()
+                    .map(move |(k, v)| ((root, k), v))
+            })
+            .collect();
+        Selector {
+            store,
+            url: &location.url,
+            dirs,
+            chunks,
+            groups,
+            known: Known::new(),
+            remembered,
+            footers_read: 0,
+        }
+    }
+
+    /// The first and last event over every recording, as the footers of
+    /// the whole copy give them, reading only the footers near each end.
+    async fn range(&mut self) -> Result<Option<(i64, i64)>, RemoteError> {
+        let roots: Vec<usize> = self.groups.iter().map(|g| g.root).collect();
+        let mut range: Option<(i64, i64)> = None;
+        for root in roots.iter().copied().collect::<BTreeSet<_>>() {
+            let order: Vec<usize> = (0..self.groups.len())
+                .filter(|&g| self.groups[g].root == root)
+                .collect();
+            // The last event: walk back until no earlier group can hold a later one.
+            let mut last: Option<i64> = None;
+            for &g in order.iter().rev() {
+                let hi = self.groups[g]
+                    .next
+                    .map_or(i64::MAX, |n| n.saturating_add(NAME_SLACK_NS));
+                if last.is_some_and(|l| hi < l) {
+                    break;
+                }
+                for (_, max) in self.read_group(g).await?.into_iter().flatten() {
+                    last = Some(last.map_or(max, |l| l.max(max)));
+                }
+            }
+            // The first: walk forward until no later group can hold an
+            // earlier one (a derived interval starts at a recorded event).
+            let mut first: Option<i64> = None;
+            for &g in &order {
+                let lo = self.groups[g].start.saturating_sub(NAME_SLACK_NS);
+                if first.is_some_and(|f| lo > f) {
+                    break;
+                }
+                for (min, _) in self.read_group(g).await?.into_iter().flatten() {
+                    first = Some(first.map_or(min, |f| f.min(min)));
+                }
+            }
+            if let (Some(first), Some(last)) = (first, last) {
+                range = Some(range.map_or((first, last), |(a, b)| (a.min(first), b.max(last))));
+            }
+        }
+        Ok(range)
+    }
+
+    /// The ranges of a group's chunks, reading the footers not yet known.
+    async fn read_group(&mut self, group: usize) -> Result<Vec<Option<(i64, i64)>>, RemoteError> {
+        let members = self.groups[group].chunks.clone();
+        self.learn(&members).await?;
+        Ok(members
+            .iter()
+            .map(|c| self.known.get(c).copied().flatten().flatten())
+            .collect())
+    }
+
+    /// The chunks (by relative path, per root) of every group that may hold
+    /// a row with `lo <= ts < hi`.
+    async fn keep(
+        &mut self,
+        lo: i64,
+        hi: i64,
+        derived_read: &[&Table],
+    ) -> Result<HashSet<(usize, String)>, RemoteError> {
+        let overlaps = |(a, b): (i64, i64)| a < hi && b >= lo;
+        let read = |chunk: &Chunk| {
+            !chunk.derived
+                || derived_read.iter().any(|t| {
+                    chunk
+                        .relative
+                        .strip_prefix(t.name)
+                        .is_some_and(|r| r.starts_with('/'))
+                })
+        };
+        let mut undecided = Vec::new();
+        let mut kept = Vec::new();
+        for (g, group) in self.groups.iter().enumerate() {
+            let candidates: Vec<usize> = group
+                .chunks
+                .iter()
+                .copied()
+                .filter(|&c| read(&self.chunks[c]) && overlaps(group.bounds(&self.chunks[c])))
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            // A raw chunk whose bounds lie inside the window has only rows
+            // in it; no footer needed.
+            let inside = candidates.iter().any(|&c| {
+                let (a, b) = group.bounds(&self.chunks[c]);
+                !self.chunks[c].derived && a >= lo && b < hi
+            });
+            if inside {
+                kept.push(g);
+            } else {
+                undecided.push((g, candidates));
+            }
+        }
+        let all: Vec<usize> = undecided
+            .iter()
+            .flat_map(|(_, c)| c.iter().copied())
+            .collect();
+        self.learn(&all).await?;
+        for (g, candidates) in undecided {
+            let hit = candidates.iter().any(|c| match self.known.get(c) {
+                Some(Some(Some(range))) => overlaps(*range),
+                Some(Some(None)) => false,
+                _ => true,
+            });
+            if hit {
+                kept.push(g);
+            }
+        }
+        Ok(kept
+            .into_iter()
+            .flat_map(|g| self.groups[g].chunks.iter())
+            .map(|&c| (self.chunks[c].root, self.chunks[c].relative.clone()))
+            .collect())
+    }
+
+    /// Reads the footers of `chunks` not yet known: from the cached copy
+    /// when it has the same file, else from the bucket.
+    async fn learn(&mut self, chunks: &[usize]) -> Result<(), RemoteError> {
+        let mut remote = Vec::new();
+        for &c in chunks {
+            if self.known.contains_key(&c) {
+                continue;
+            }
+            let chunk = &self.chunks[c];
+            let remembered = self
+                .remembered
+                .get(&(chunk.root, chunk.relative.clone()))
+                .filter(|(size, _)| *size == chunk.size);
+            if let Some((_, range)) = remembered {
+                self.known.insert(c, Some(*range));
+                continue;
+            }
+            let local = self.dirs[chunk.root].join(&chunk.relative);
+            if std::fs::metadata(&local).is_ok_and(|m| m.len() == chunk.size) {
+                let read = std::fs::File::open(&local)
+                    .ok()
+                    .and_then(|f| ParquetMetaDataReader::new().parse_and_finish(&f).ok())
+                    .map(|footer| crate::recording::ts_range(&footer));
+                self.known.insert(c, read);
+                continue;
+            }
+            remote.push(c);
+        }
+        let url = self.url;
+        let mut reads = futures::stream::iter(remote.into_iter().map(|c| {
+            let store = Arc::clone(self.store);
+            let (key, size) = (self.chunks[c].key.clone(), self.chunks[c].size);
+            async move { (c, remote_ts_range(store.as_ref(), &key, size, url).await) }
+        }))
+        .buffer_unordered(FOOTERS_IN_FLIGHT);
+        while let Some((c, read)) = reads.next().await {
+            self.footers_read += 1;
+            self.known.insert(c, read?);
+        }
+        Ok(())
+    }
+
+    /// Writes what is known of the chunks the bucket holds to each cache
+    /// directory's ranges file, so the next query reads no footer twice.
+    /// Best effort: a cache that cannot be written costs the next query
+    /// the same reads again.
+    fn remember(&self) {
+        for (root, dir) in self.dirs.iter().enumerate() {
+            let mut lines = String::new();
+            let mut ranges: BTreeMap<&str, Remembered> = BTreeMap::new();
+            for (c, chunk) in self.chunks.iter().enumerate() {
+                if chunk.root != root {
+                    continue;
+                }
+                let known = match self.known.get(&c) {
+                    Some(Some(range)) => Some(*range),
+                    _ => self
+                        .remembered
+                        .get(&(root, chunk.relative.clone()))
+                        .filter(|(size, _)| *size == chunk.size)
+                        .map(|(_, range)| *range),
+                };
+                if let Some(range) = known {
+                    ranges.insert(&chunk.relative, (chunk.size, range));
+                }
+            }
+            if ranges.is_empty() {
+                continue;
+            }
+            for (relative, (size, range)) in ranges {
+                let (min, max) = match range {
+                    Some((a, b)) => (a.to_string(), b.to_string()),
+                    None => ("-".into(), "-".into()),
+                };
+                lines.push_str(&format!("{relative} {size} {min} {max}\n"));
+            }
+            let _ = std::fs::create_dir_all(dir);
+            let temp = dir.join(format!(
+                "{RANGES_FILE}.{}{}",
+                std::process::id(),
+                layout::TEMP_SUFFIX
+            ));
+            if std::fs::write(&temp, lines).is_ok() {
+                let _ = std::fs::rename(&temp, dir.join(RANGES_FILE));
+            }
+        }
+    }
+}
+
+/// The ranges file of a cache directory; empty when there is none or it
+/// cannot be read (then footers are read again).
+fn read_ranges(dir: &Path) -> HashMap<String, Remembered> {
+    let Ok(text) = std::fs::read_to_string(dir.join(RANGES_FILE)) else {
+        return HashMap::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let relative = fields.next()?.to_owned();
+            let size = fields.next()?.parse().ok()?;
+            let range = match (fields.next()?, fields.next()?) {
+                ("-", "-") => None,
+                (a, b) => Some((a.parse().ok()?, b.parse().ok()?)),
+            };
+            Some((relative, (size, range)))
+        })
+        .collect()
+}
+
+/// The `ts` range in the footer of the object `key` of `size` bytes, with
+/// one ranged GET (two for a footer over [`FOOTER_GUESS`]); `Ok(None)` when
+/// it is not a readable Parquet footer.
+async fn remote_ts_range(
+    store: &dyn ObjectStore,
+    key: &object_store::path::Path,
+    size: u64,
+    url: &str,
+) -> Result<Option<Option<(i64, i64)>>, RemoteError> {
+    if size < FOOTER_SIZE as u64 {
+        return Ok(None);
+    }
+    let get = |start: u64| async move {
+        store
+            .get_range(key, start..size)
+            .await
+            .map_err(|e| RemoteError::store(url, &e))
+    };
+    let mut tail = get(size - FOOTER_GUESS.min(size)).await?;
+    let Ok(footer_tail) = FooterTail::try_from(&tail[tail.len() - FOOTER_SIZE..]) else {
+        return Ok(None);
+    };
+    let needed = (footer_tail.metadata_length() + FOOTER_SIZE) as u64;
+    if needed > size {
+        return Ok(None);
+    }
+    if needed > tail.len() as u64 {
+        tail = get(size - needed).await?;
+    }
+    let start = tail.len() - needed as usize;
+    let metadata = &tail[start..tail.len() - FOOTER_SIZE];
+    Ok(ParquetMetaDataReader::decode_metadata(metadata)
+        .ok()
+        .map(|footer| crate::recording::ts_range(&footer)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing(files: &[&str]) -> BTreeMap<String, u64> {
+        files.iter().map(|f| (f.to_string(), 1)).collect()
+    }
+
+    #[test]
+    fn only_a_listing_with_every_derived_chunk_is_indexed() {
+        let name = "20261204T111456.343Z-000000.parquet";
+        let mut files = vec![format!("sched_switch/{name}"), "recording.json".into()];
+        let raw: Vec<&str> = files.iter().map(String::as_str).collect();
+        assert!(!indexed(&listing(&raw)));
+        for t in derived::DERIVED_TABLES {
+            files.push(format!("{}/{name}", t.name));
+        }
+        let all: Vec<&str> = files.iter().map(String::as_str).collect();
+        assert!(indexed(&listing(&all)));
+    }
+
+    #[test]
+    fn bounds_of_raw_chunks_are_their_stretch_and_derived_reach_back() {
+        let group = Group {
+            root: 0,
+            start: 1_000 * NAME_SLACK_NS,
+            next: Some(1_001 * NAME_SLACK_NS),
+            chunks: vec![],
+        };
+        let chunk = |derived| Chunk {
+            root: 0,
+            relative: String::new(),
+            key: "k".into(),
+            size: 1,
+            derived,
+        };
+        assert_eq!(
+            group.bounds(&chunk(false)),
+            (999 * NAME_SLACK_NS, 1_002 * NAME_SLACK_NS)
+        );
+        assert_eq!(
+            group.bounds(&chunk(true)),
+            (i64::MIN, 1_002 * NAME_SLACK_NS)
+        );
+    }
+}
