@@ -16,15 +16,23 @@
 #                cache (cold: lists and downloads everything) and with the cache
 #                full (warm: lists, downloads nothing); rounds interleaved,
 #                medians of wall time
+#   window       REC as recorded (raw) and indexed, each in its own prefix;
+#                questions about the last WINDOW (default -2m) with an empty
+#                cache: the bytes they download against the whole prefix's,
+#                their wall time, and the same answer as over the directory
 #
 # Usage, from the repository, after `cargo build --release -p hindsight`:
 #   bench/fleet.sh REC
-#   ROUNDS=5 HOSTS="1 2 4" bench/fleet.sh REC
+#   ROUNDS=5 HOSTS="1 2 4" PARTS="push hosts" bench/fleet.sh REC
+#   PARTS=window WINDOW=-5m bench/fleet.sh REC
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$repo/target/release}
 rounds=${ROUNDS:-3}
 hosts=${HOSTS:-1 2 4 8}
+parts=" ${PARTS:-push hosts window} "
+window=${WINDOW:--2m}
+want() { [[ $parts == *" $1 "* ]]; }
 rec=${1:?usage: bench/fleet.sh RECORDING}
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
@@ -37,6 +45,8 @@ export HINDSIGHT_CACHE_DIR=$work/cache
 for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break; sleep 0.2; done
 python3 -c "import boto3; boto3.client('s3').create_bucket(Bucket='bench')"
 
+mkdir -p "$work/raw"
+cp -r "$rec" "$work/raw/rec"
 "$bin/hindsight" index "$rec" >/dev/null
 files=$(find "$rec" -name '*.parquet' ! -name '.*' | wc -l)
 bytes=$(find "$rec" \( -name '*.parquet' -o -name recording.json \) ! -name '.*' -printf '%s\n' | awk '{s += $1} END {print s}')
@@ -51,10 +61,13 @@ seconds() { # wall seconds of a command, its output discarded
 }
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
+if want push; then
 first=$(seconds "$bin/hindsight" push "$rec" s3://bench/push/h1)
 again=$(seconds "$bin/hindsight" push "$rec" s3://bench/push/h1)
 echo "push: first $first s ($files + 1 files), again with nothing new $again s"
+fi
 
+want hosts || hosts=""
 for n in $hosts; do
   rm -rf "$work/local" "$work/cache"
   mkdir -p "$work/local"
@@ -86,3 +99,37 @@ for n in $hosts; do
       "$(median <"$work/warm.t")" "$rounds"
   done
 done
+
+cached_bytes() { find "$work/cache" -name '*.parquet' ! -name '.*' -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
+if want window; then
+  for kind in raw indexed; do
+    src=$rec
+    [[ $kind == raw ]] && src=$work/raw/rec
+    url=s3://bench/window-$kind
+    "$bin/hindsight" push "$src" "$url" >/dev/null
+    rm -rf "$work/cache"
+    whole_t=$(seconds "$bin/hindsight" sql "$url" 'SELECT count(*) FROM sched_switch')
+    whole=$(cached_bytes)
+    echo "window $kind: the whole prefix, $whole bytes of chunks, in $whole_t s"
+    for question in atop runqlat on-cpu timeline; do
+      case $question in
+        atop) args=(report atop) tail=(--from "$window" --interval 10s --format csv) ;;
+        runqlat) args=(report runqlat) tail=(--from "$window" --interval 10s --format csv) ;;
+        on-cpu) args=(flamegraph) tail=(--on-cpu --from "$window") ;;
+        timeline) args=(report timeline) tail=(--from "$window" --format csv) ;;
+      esac
+      : >"$work/cold.t"
+      for _ in $(seq "$rounds"); do
+        rm -rf "$work/cache"
+        seconds "$bin/hindsight" "${args[@]}" "$url" "${tail[@]}" >>"$work/cold.t"
+      done
+      fetched=$(cached_bytes)
+      diff <("$bin/hindsight" "${args[@]}" "$src" "${tail[@]}") \
+        <("$bin/hindsight" "${args[@]}" "$url" "${tail[@]}") >/dev/null \
+        || { echo "window $kind $question: the bucket's answer differs from the directory's" >&2; exit 1; }
+      printf 'window %-8s %-8s --from %s: %10s bytes (%5.1f %% of the whole)   cold %6.2f s\n' \
+        "$kind" "$question" "$window" "$fetched" "$(echo "100 * $fetched / $whole" | bc -l)" \
+        "$(median <"$work/cold.t")"
+    done
+  done
+fi
