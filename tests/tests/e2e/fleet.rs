@@ -311,6 +311,21 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         "csv",
     ]);
     compare(&["report", "timeline", "REC", "--format", "csv"]);
+    // A window relative to the two hosts' first and last events together,
+    // resolved from the footers near each end before anything is fetched.
+    compare(&[
+        "report",
+        "runqlat",
+        "REC",
+        "--from",
+        "+1s",
+        "--to",
+        "-1s",
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ]);
     let info = stdout_of(
         hindsight(&server, &cache, &["info", "s3://fleet/hosts/hostA"]),
         "info over the bucket",
