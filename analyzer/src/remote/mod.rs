@@ -224,6 +224,26 @@ impl Location {
         }
     }
 
+    /// Where the prefix is mirrored: `<cache>/s3/BUCKET/PREFIX` from AWS,
+    /// `<cache>/s3@HOST:PORT/BUCKET/PREFIX` from another endpoint, so two
+    /// services with a bucket of the same name never share copies.
+    pub fn cache_dir(&self) -> PathBuf {
+        let endpoint = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|e| !e.is_empty()));
+        let service = match endpoint {
+            None => "s3".to_owned(),
+            Some(url) => {
+                let host = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+                format!("s3@{}", host.trim_end_matches('/').replace('/', "_"))
+            }
+        };
+        cache_root()
+            .join(service)
+            .join(&self.bucket)
+            .join(&self.prefix)
+    }
+
     fn prefix_path(&self) -> Option<ObjectPath> {
         (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()))
     }
@@ -318,10 +338,7 @@ pub async fn fetch(url: &str, span: Option<&Span>) -> Result<(Vec<PathBuf>, Fetc
         };
         return Err(RemoteError::bad(url, reason));
     }
-    let cache = cache_root()
-        .join("s3")
-        .join(&location.bucket)
-        .join(&location.prefix);
+    let cache = location.cache_dir();
     let dirs: Vec<PathBuf> = roots
         .iter()
         .map(|root| {

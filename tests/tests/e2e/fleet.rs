@@ -67,6 +67,12 @@ impl S3Server {
         ]
     }
 
+    /// Where `hindsight` mirrors `s3://PATH` from this server into `cache`.
+    fn cached(&self, cache: &Path, path: &str) -> std::path::PathBuf {
+        let host = self.endpoint.trim_start_matches("http://");
+        cache.join(format!("s3@{host}")).join(path)
+    }
+
     /// Runs `script` with `s3`, a boto3 client of this server (an S3 client
     /// independent of hindsight's), and returns what it printed.
     fn boto3(&self, script: &str) -> String {
@@ -334,7 +340,7 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
 
     // A second read downloads nothing; a chunk retention retired on the
     // host leaves the bucket with --delete, and then the cache.
-    let before = shipped_files(&cache.join("s3/fleet/hosts/hostB"));
+    let before = shipped_files(&server.cached(&cache, "fleet/hosts/hostB"));
     assert_eq!(before, local_b);
     let retired = local_b
         .iter()
@@ -354,7 +360,10 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         "--format",
         "csv",
     ]);
-    assert_eq!(shipped_files(&cache.join("s3/fleet/hosts/hostB")), after_b);
+    assert_eq!(
+        shipped_files(&server.cached(&cache, "fleet/hosts/hostB")),
+        after_b
+    );
 }
 
 /// A bucket that does not exist, a key the service refuses, no key at
@@ -518,7 +527,7 @@ fn a_window_fetches_only_the_chunks_it_reads_and_answers_as_the_whole() {
         let got = over(url);
         assert!(!expected.trim().is_empty(), "{args:?} printed nothing");
         assert_eq!(got, expected, "{args:?}");
-        cache.join("s3/fleet/win/host")
+        server.cached(&cache, "fleet/win/host")
     };
     let runqlat = [
         "report",
