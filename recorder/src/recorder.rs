@@ -999,6 +999,10 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                         "jit_frames_let_go",
                         std::sync::Arc::clone(&s.jit_frames_let_go),
                     ),
+                    (
+                        "frames_unnamed_at_stop",
+                        std::sync::Arc::clone(&s.frames_unnamed_at_stop),
+                    ),
                 ]
             })
             .unwrap_or_default(),
@@ -1274,10 +1278,11 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         );
         lost_total += not_freed;
     }
-    // Every frame sent to the symbolizer is named before the last chunk closes.
+    // Every frame sent to the symbolizer is written before the last chunk
+    // closes, named if it gets its turn within NAMING_AT_STOP.
     drop(c.stacks.take());
     if let Some(s) = symbolizer {
-        let named = s.join();
+        let named = s.join(crate::symbolize::NAMING_AT_STOP);
         if let Err(e) = c.collect_named(&named) {
             failure.get_or_insert(e);
         }

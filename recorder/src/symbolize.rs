@@ -22,7 +22,7 @@ use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
         mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
-        Arc,
+        Arc, OnceLock,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -44,6 +44,13 @@ use crate::{
 
 /// Frames waiting to be named; beyond this they are written unnamed.
 const QUEUE: usize = 16 * 1024;
+
+/// How long a stopping recorder lets the symbolizer go on naming the frames
+/// still queued; the rest are written unnamed (and counted). A full queue
+/// behind a slow parse on a loaded host kept a debug recorder naming for 8
+/// minutes past its `--duration`; its systemd unit allows 60 s to stop
+/// before SIGKILL, and the last chunk is closed only after this.
+pub const NAMING_AT_STOP: Duration = Duration::from_secs(10);
 
 /// `/proc/kallsyms`'s code symbols, sorted by address; modules' symbols
 /// carry their module as `name [module]`. The names live in one buffer
@@ -218,6 +225,11 @@ pub struct SymbolizerThread {
     /// keep the waiting within [`MAX_PENDING_JIT_FRAMES`] and
     /// [`MAX_PERF_MAPS`].
     pub jit_frames_let_go: Arc<AtomicU64>,
+    /// User frames written unnamed because the recorder was stopping and
+    /// [`NAMING_AT_STOP`] had passed.
+    pub frames_unnamed_at_stop: Arc<AtomicU64>,
+    /// When set and past, user frames are passed on unnamed.
+    naming_ends: Arc<OnceLock<Instant>>,
     handle: JoinHandle<()>,
 }
 
@@ -229,24 +241,41 @@ impl SymbolizerThread {
         let perf_maps_refused = Arc::clone(&perf_maps.refused);
         let jit_frames_let_go = Arc::clone(&perf_maps.let_go);
         let modules_opened = Arc::new(AtomicU64::new(0));
+        let frames_unnamed_at_stop = Arc::new(AtomicU64::new(0));
+        let naming_ends = Arc::new(OnceLock::new());
+        let stopping = Stopping {
+            naming_ends: Arc::clone(&naming_ends),
+            frames_unnamed: Arc::clone(&frames_unnamed_at_stop),
+        };
         let opened = Arc::clone(&modules_opened);
         let kallsyms_path = proc_root.join("kallsyms");
         let handle = std::thread::Builder::new()
             .name("hs-symbolize".into())
-            .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps, opened))?;
+            .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps, opened, stopping))?;
         Ok(SymbolizerThread {
             requests,
             named,
             perf_maps_refused,
             modules_opened,
             jit_frames_let_go,
+            frames_unnamed_at_stop,
+            naming_ends,
             handle,
         })
     }
 
-    /// Waits for every queued frame to be named; the caller must have
-    /// dropped every clone of `requests`. Returns what is left to collect.
-    pub fn join(self) -> Receiver<FrameRow> {
+    /// From `grace` on, user frames are passed on unnamed: kernel frames
+    /// are still named (a lookup in memory), and JIT frames waiting for a
+    /// perf map still get their last read.
+    pub fn stop_naming_after(&self, grace: Duration) {
+        let _ = self.naming_ends.set(Instant::now() + grace);
+    }
+
+    /// Waits for every queued frame to be passed on, named for at most
+    /// `grace` more; the caller must have dropped every clone of
+    /// `requests`. Returns what is left to collect.
+    pub fn join(self, grace: Duration) -> Receiver<FrameRow> {
+        self.stop_naming_after(grace);
         drop(self.requests);
         let _ = self.handle.join();
         self.named
@@ -824,12 +853,27 @@ fn module_file(
     }
 }
 
+/// The symbolizer's side of [`SymbolizerThread::stop_naming_after`].
+struct Stopping {
+    naming_ends: Arc<OnceLock<Instant>>,
+    frames_unnamed: Arc<AtomicU64>,
+}
+
+impl Stopping {
+    fn past(&self) -> bool {
+        self.naming_ends
+            .get()
+            .is_some_and(|end| Instant::now() >= *end)
+    }
+}
+
 fn run(
     queue: Receiver<FrameRow>,
     named: Sender<FrameRow>,
     kallsyms_path: &Path,
     mut perf_maps: PerfMaps,
     opened: Arc<AtomicU64>,
+    stopping: Stopping,
 ) {
     let kallsyms = Kallsyms::parse(&std::fs::read_to_string(kallsyms_path).unwrap_or_default());
     // The 5 MiB text just read is free now.
@@ -865,7 +909,9 @@ fn run(
                 return;
             }
         };
-        if row.kernel {
+        if !row.kernel && stopping.past() {
+            stopping.frames_unnamed.fetch_add(1, Ordering::Relaxed);
+        } else if row.kernel {
             if let Some((function, module)) = kallsyms.lookup(row.address) {
                 row.function = Some(function.to_string());
                 row.module = Some(module.to_string());
@@ -1083,12 +1129,34 @@ mod tests {
         let thread = SymbolizerThread::start(Path::new("/proc")).unwrap();
         let address = the_recorder_names_its_own_code as *const () as u64;
         thread.requests.send(own_frame(address)).unwrap();
-        let named = thread.join().recv().unwrap();
+        let named = thread.join(NAMING_AT_STOP).recv().unwrap();
         let function = named.function.unwrap_or_default();
         assert!(
             function.contains("the_recorder_names_its_own_code"),
             "{function}"
         );
+    }
+
+    #[test]
+    fn a_stopping_recorder_passes_frames_on_unnamed_once_its_grace_is_over() {
+        // A kernel frame is still named from memory; user frames, which
+        // could each mean parsing a module, are passed on and counted.
+        let kallsyms = Kallsyms::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap());
+        let (kernel_address, _) = kallsyms.symbols[kallsyms.symbols.len() / 2];
+        let thread = SymbolizerThread::start(Path::new("/proc")).unwrap();
+        thread.stop_naming_after(Duration::ZERO);
+        let address = the_recorder_names_its_own_code as *const () as u64;
+        for i in 0..100 {
+            thread.requests.send(own_frame(address + i)).unwrap();
+        }
+        let kernel = FrameRow::unnamed(2, true, kernel_address, 0);
+        thread.requests.send(kernel).unwrap();
+        let unnamed_at_stop = Arc::clone(&thread.frames_unnamed_at_stop);
+        let rows: Vec<FrameRow> = thread.join(Duration::ZERO).iter().collect();
+        assert_eq!(rows.len(), 101);
+        assert!(rows[..100].iter().all(|row| row.function.is_none()));
+        assert!(rows[100].function.is_some(), "{:?}", rows[100]);
+        assert_eq!(unnamed_at_stop.load(Ordering::Relaxed), 100);
     }
 
     #[test]
