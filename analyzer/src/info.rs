@@ -25,6 +25,9 @@ use crate::recording::Recording;
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub dir: String,
+    /// The bucket's URL when `dir` is the local copy of one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     pub host: String,
     /// Kernel of the latest session.
     pub kernel: Option<String>,
@@ -123,6 +126,7 @@ pub async fn summarize(rec: &Recording, partitions: usize) -> Result<Summary> {
     }
     Ok(Summary {
         dir: rec.dir.display().to_string(),
+        url: crate::remote::url_of_copy(&rec.dir),
         host: meta.host.clone(),
         kernel: latest.map(|s| s.kernel.clone()),
         recorder_version: latest.map(|s| s.recorder_version.clone()),
@@ -269,7 +273,10 @@ pub fn write_json(summary: &Summary, mut out: impl Write) -> Result<()> {
 /// The summary for a person to read.
 pub fn write_text(s: &Summary, mut out: impl Write) -> Result<()> {
     let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
-    writeln!(out, "recording  {}", s.dir)?;
+    match &s.url {
+        Some(url) => writeln!(out, "recording  {url} (copy in {})", s.dir)?,
+        None => writeln!(out, "recording  {}", s.dir)?,
+    }
     writeln!(out, "host       {}", s.host)?;
     writeln!(out, "kernel     {}", or_unknown(&s.kernel))?;
     writeln!(out, "recorder   {}", or_unknown(&s.recorder_version))?;

@@ -302,6 +302,20 @@ pub fn cache_root() -> PathBuf {
     }
 }
 
+/// The `s3://BUCKET/PREFIX` URL whose local copy `dir` is (see
+/// [`Location::cache_dir`]), for showing a copy by where it came from;
+/// `None` for a directory outside the cache.
+pub fn url_of_copy(dir: &Path) -> Option<String> {
+    let below = dir.strip_prefix(cache_root()).ok()?;
+    let mut parts = below.components().map(|c| c.as_os_str().to_string_lossy());
+    let service = parts.next()?;
+    if service != "s3" && !service.starts_with("s3@") {
+        return None;
+    }
+    let rest: Vec<_> = parts.collect();
+    (!rest.is_empty()).then(|| format!("s3://{}", rest.join("/")))
+}
+
 /// What a fetch did, for the line on stderr.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Fetched {
@@ -812,6 +826,17 @@ mod tests {
             let e = Location::parse(bad).unwrap_err();
             assert!(e.bad_input && e.to_string().starts_with(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn a_copy_is_shown_by_the_url_it_came_from() {
+        let location = Location::parse("s3://b/fleet/host-a/").unwrap();
+        assert_eq!(
+            url_of_copy(&location.cache_dir()).as_deref(),
+            Some("s3://b/fleet/host-a")
+        );
+        assert_eq!(url_of_copy(&cache_root().join("elsewhere/b")), None);
+        assert_eq!(url_of_copy(Path::new("/var/lib/hindsight/rec")), None);
     }
 
     #[test]

@@ -337,6 +337,12 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         "info over the bucket",
     );
     assert!(info.contains("sched_switch"), "{info}");
+    // Shown by where it came from, not only by the cache's copy.
+    let first = info.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("recording  s3://fleet/hosts/hostA (copy in "),
+        "{first}"
+    );
 
     // A second read downloads nothing; a chunk retention retired on the
     // host leaves the bucket with --delete, and then the cache.
