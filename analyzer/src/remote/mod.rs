@@ -462,6 +462,10 @@ fn forget_retired(
         .keys()
         .filter_map(|relative| relative.split_once('/').map(|(table, _)| table))
         .collect();
+    // `recording.json`'s own download.
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        remove_if_stale_download(&entry);
+    }
     for table in all_tables() {
         let derived_here = derived::DERIVED_TABLES.iter().any(|d| d.name == table.name);
         if derived_here && !remote_tables.contains(table.name) {
@@ -474,18 +478,7 @@ fn forget_retired(
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') && name.ends_with(layout::TEMP_SUFFIX) {
-                // A download a killed command left; one still going is younger.
-                let stale = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t.elapsed().unwrap_or_default() > STALE_DOWNLOAD);
-                if stale {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-                continue;
-            }
-            if !layout::is_chunk_file(name) {
+            if remove_if_stale_download(&entry) || !layout::is_chunk_file(name) {
                 continue;
             }
             if !wanted.contains_key(&format!("{}/{name}", table.name)) {
@@ -495,6 +488,27 @@ fn forget_retired(
         }
     }
     Ok(())
+}
+
+/// Whether `entry` is a download's temp file (see [`download`]), removed
+/// when a killed command left it (one still going is younger than
+/// [`STALE_DOWNLOAD`]).
+fn remove_if_stale_download(entry: &std::fs::DirEntry) -> bool {
+    let name = entry.file_name();
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    if !(name.starts_with('.') && name.ends_with(layout::TEMP_SUFFIX)) {
+        return false;
+    }
+    let stale = entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().unwrap_or_default() > STALE_DOWNLOAD);
+    if stale {
+        let _ = std::fs::remove_file(entry.path());
+    }
+    true
 }
 
 /// Streams one object into `local`, through a hidden temp file renamed
@@ -874,6 +888,55 @@ mod tests {
             "no_such_table/20261204T111456.343Z-000000.parquet"
         ));
         assert!(!recording_file(".lock"));
+    }
+
+    #[test]
+    fn a_cached_copy_loses_retired_chunks_and_dead_downloads_only() {
+        let copy = tempfile::tempdir().unwrap();
+        let table = copy.path().join("sched_switch");
+        std::fs::create_dir(&table).unwrap();
+        let kept = "20261204T111456.343Z-000000.parquet";
+        let retired = "20261204T111356.343Z-000000.parquet";
+        let dead = [
+            copy.path().join(".recording.json.4242.tmp"),
+            table.join(format!(".{kept}.4242.tmp")),
+        ];
+        let going = table.join(format!(".{kept}.4343.tmp"));
+        for path in [&table.join(kept), &table.join(retired), &going]
+            .into_iter()
+            .chain(&dead)
+        {
+            std::fs::write(path, b"x").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - STALE_DOWNLOAD * 2;
+        for path in &dead {
+            let file = std::fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(long_ago).unwrap();
+        }
+        let wanted = BTreeMap::from([(format!("sched_switch/{kept}"), 1)]);
+        forget_retired(copy.path(), &wanted, "s3://b/p").unwrap();
+        let mut left: Vec<String> = walk(copy.path());
+        left.sort();
+        let expected = [
+            format!("sched_switch/.{kept}.4343.tmp"),
+            format!("sched_switch/{kept}"),
+        ];
+        assert_eq!(left, expected);
+    }
+
+    /// Files below `dir`, as paths relative to it.
+    fn walk(dir: &Path) -> Vec<String> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                files.extend(walk(&path).into_iter().map(|f| format!("{name}/{f}")));
+            } else {
+                files.push(name);
+            }
+        }
+        files
     }
 
     #[test]
