@@ -101,12 +101,27 @@ impl Recording {
     /// Reads `recording.json` and every chunk footer; see the module doc
     /// for what is checked.
     pub fn open(dir: &Path) -> Result<Recording, RecordingError> {
+        Self::open_reusing(dir, None)
+    }
+
+    /// As [`Recording::open`], but the footer of a chunk that `earlier`
+    /// (an open of the same directory) read at the same path and size is
+    /// not read again: a closed chunk never changes (the recorder renames
+    /// it into place whole), so a `push --follow` round over a day of
+    /// chunks reads only the footers of those closed since the last.
+    pub fn open_reusing(
+        dir: &Path,
+        earlier: Option<&Recording>,
+    ) -> Result<Recording, RecordingError> {
         if !dir.is_dir() {
             return Err(RecordingError::NoSuchDir(dir.to_path_buf()));
         }
         let meta = read_meta(dir)?;
         let tables = all_tables()
-            .map(|table| read_table(dir, table))
+            .map(|table| {
+                let earlier = earlier.and_then(|e| e.table(table.name));
+                read_table(dir, table, earlier)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Recording {
             dir: dir.to_path_buf(),
@@ -217,7 +232,11 @@ fn read_meta(dir: &Path) -> Result<RecordingMeta, RecordingError> {
     RecordingMeta::from_json(&text).map_err(|e| foreign(e.to_string()))
 }
 
-fn read_table(dir: &Path, table: &'static Table) -> Result<TableFiles, RecordingError> {
+fn read_table(
+    dir: &Path,
+    table: &'static Table,
+    earlier: Option<&TableFiles>,
+) -> Result<TableFiles, RecordingError> {
     let table_dir = dir.join(table.name);
     let mut names = Vec::new();
     match fs::read_dir(&table_dir) {
@@ -235,9 +254,20 @@ fn read_table(dir: &Path, table: &'static Table) -> Result<TableFiles, Recording
         Err(e) => return Err(RecordingError::io(&table_dir, e)),
     }
     names.sort();
+    let known = |path: &Path| -> Option<Chunk> {
+        let chunks = &earlier?.chunks;
+        let i = chunks
+            .binary_search_by(|c| c.path.as_path().cmp(path))
+            .ok()?;
+        let size = fs::metadata(path).ok()?.len();
+        (chunks[i].bytes == size).then(|| chunks[i].clone())
+    };
     let chunks = names
         .iter()
-        .map(|name| read_chunk(&table_dir.join(name), table))
+        .map(|name| {
+            let path = table_dir.join(name);
+            known(&path).map_or_else(|| read_chunk(&path, table), Ok)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(TableFiles {
         table,

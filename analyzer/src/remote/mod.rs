@@ -583,6 +583,9 @@ pub struct PushState {
     remote: BTreeMap<String, u64>,
     /// The `recording.json` the bucket has, once this process knows it.
     meta: Option<Vec<u8>>,
+    /// The directory as the last round read it: footers of the chunks
+    /// still there are not read again.
+    local: Option<Recording>,
 }
 
 /// How often `--follow` lists the bucket again, to notice objects that
@@ -613,7 +616,7 @@ async fn push_round(
     options: &PushOptions,
     state: &mut PushState,
 ) -> anyhow::Result<Pushed> {
-    let recording = Recording::open(dir)?;
+    let recording = Recording::open_reusing(dir, state.local.as_ref())?;
     let location = Location::parse(url)?;
     let store = location.store()?;
     if state
@@ -624,6 +627,7 @@ async fn push_round(
             listed_at: Some(Instant::now()),
             remote: list(store.as_ref(), &location).await?,
             meta: None,
+            local: None,
         };
     }
     let mut pushed = Pushed::default();
@@ -702,6 +706,7 @@ async fn push_round(
             pushed.deleted += 1;
         }
     }
+    state.local = Some(recording);
     Ok(pushed)
 }
 

@@ -132,3 +132,38 @@ fn summarize(dir: &std::path::Path) -> hindsight::info::Summary {
         .block_on(hindsight::info::summarize(&rec, 2))
         .unwrap()
 }
+
+#[test]
+fn a_reopen_reads_the_footers_of_new_and_changed_chunks_only() {
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "web1");
+    let first = Recording::open(&rec.dir).unwrap();
+    let dir = rec.dir.join("sched_switch");
+    let chunk = dir.join("20231114T221320.000Z-000001.parquet");
+    let bytes = std::fs::read(&chunk).unwrap();
+    let rows = |r: &Recording| -> Vec<u64> {
+        let files = r.table("sched_switch").unwrap();
+        files.chunks.iter().map(|c| c.rows).collect()
+    };
+
+    // Its footer is not read again: made unreadable at the same size, the
+    // chunk still counts what it did.
+    std::fs::write(&chunk, vec![0u8; bytes.len()]).unwrap();
+    let again = Recording::open_reusing(&rec.dir, Some(&first)).unwrap();
+    assert_eq!(rows(&again), rows(&first));
+    // A chunk of another size is read again, and here found broken.
+    std::fs::write(&chunk, vec![0u8; bytes.len() + 1]).unwrap();
+    let err = Recording::open_reusing(&rec.dir, Some(&first)).unwrap_err();
+    assert!(
+        err.to_string().contains("20231114T221320.000Z-000001"),
+        "{err}"
+    );
+    // A chunk closed since is read.
+    std::fs::write(&chunk, &bytes).unwrap();
+    let second = dir.join("20231114T221320.004Z-000002.parquet");
+    std::fs::copy(&second, dir.join("20231114T221320.009Z-000003.parquet")).unwrap();
+    let grown = Recording::open_reusing(&rec.dir, Some(&first)).unwrap();
+    let mut expected = rows(&first);
+    expected.push(expected[1]);
+    assert_eq!(rows(&grown), expected);
+}
