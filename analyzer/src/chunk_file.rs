@@ -19,7 +19,6 @@ use arrow::array::{
 use arrow::datatypes::Int32Type;
 use hindsight_schemas::{layout, ColumnType, Table};
 use parquet::arrow::ArrowWriter;
-use parquet::file::metadata::ParquetMetaDataReader;
 use serde_json::Value;
 
 use crate::recording::Recording;
@@ -89,7 +88,7 @@ pub fn stamp_of(path: &Path, source: &Recording) -> Stamp {
     };
     let footer = File::open(path)
         .ok()
-        .and_then(|f| ParquetMetaDataReader::new().parse_and_finish(&f).ok());
+        .and_then(|f| hindsight_schemas::footer::read(&f).ok());
     let kv = footer
         .as_ref()
         .and_then(|f| f.file_metadata().key_value_metadata().cloned())

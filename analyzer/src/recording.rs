@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use hindsight_schemas::meta::{self, RecordingMeta};
 use hindsight_schemas::{all_tables, derived, layout, Table, SCHEMA_VERSION};
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
 /// Why a directory or file is not a recording this build can read. Every
@@ -283,8 +283,7 @@ pub fn read_chunk(path: &Path, table: &'static Table) -> Result<Chunk, Recording
         .metadata()
         .map_err(|e| RecordingError::io(path, e))?
         .len();
-    let footer = ParquetMetaDataReader::new()
-        .parse_and_finish(&file)
+    let footer = hindsight_schemas::footer::read(&file)
         .map_err(|_| RecordingError::CorruptChunk(path.to_path_buf()))?;
     let schema_version = check_tags(path, table, &footer)?;
     let rows = u64::try_from(footer.file_metadata().num_rows()).unwrap_or(0);

@@ -4,11 +4,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use parquet::file::{metadata::ParquetMetaDataReader, statistics::Statistics};
+use parquet::file::statistics::Statistics;
 
 fuzz_target!(|data: &[u8]| {
-    let bytes = bytes::Bytes::copy_from_slice(data);
-    let Ok(footer) = ParquetMetaDataReader::new().parse_and_finish(&bytes) else {
+    // As the analyzer reads footers: walked for bounds first (see
+    // hindsight_schemas::footer), then decoded by parquet-rs.
+    let Ok(footer) = hindsight_schemas::footer::parse(data) else {
         return;
     };
     let meta = footer.file_metadata();

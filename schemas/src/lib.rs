@@ -10,6 +10,7 @@
 //! - [`tables`]: every table, its columns, types, units and docs.
 //! - [`layout`]: directory and file names, Parquet key-value metadata.
 //! - [`journal`]: the Arrow IPC journal of a chunk being written.
+//! - [`footer`]: a chunk's Parquet footer, read so no file makes it spin.
 //! - [`meta`]: `recording.json`, the recording's self-description.
 //! - [`time`]: the one conversion from the kernel's boot clock to UTC.
 //! - [`when`]: the one parser of the times `--from` and `--to` take.
@@ -20,6 +21,7 @@
 
 pub mod derived;
 pub mod doc;
+pub mod footer;
 pub mod journal;
 pub mod layout;
 pub mod meta;

@@ -35,7 +35,7 @@ use hindsight_schemas::tables::{SCHED_SWITCH, SCHED_WAKEUP};
 use hindsight_schemas::when::When;
 use hindsight_schemas::{derived, layout, Table};
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use parquet::file::metadata::FooterTail;
 use parquet::file::FOOTER_SIZE;
 
 use super::{Location, RemoteError};
@@ -421,7 +421,7 @@ impl<'a> Selector<'a> {
             if std::fs::metadata(&local).is_ok_and(|m| m.len() == chunk.size) {
                 let read = std::fs::File::open(&local)
                     .ok()
-                    .and_then(|f| ParquetMetaDataReader::new().parse_and_finish(&f).ok())
+                    .and_then(|f| hindsight_schemas::footer::read(&f).ok())
                     .map(|footer| crate::recording::ts_range(&footer));
                 self.known.insert(c, read);
                 continue;
@@ -540,7 +540,7 @@ async fn remote_ts_range(
     }
     let start = tail.len() - needed as usize;
     let metadata = &tail[start..tail.len() - FOOTER_SIZE];
-    Ok(ParquetMetaDataReader::decode_metadata(metadata)
+    Ok(hindsight_schemas::footer::decode(metadata)
         .ok()
         .map(|footer| crate::recording::ts_range(&footer)))
 }
