@@ -83,7 +83,8 @@ pub struct Selection {
     /// Per recording root (as given to [`select`]), the files to fetch.
     pub keep: Vec<Vec<String>>,
     /// The first and last event of all the recordings, as the whole copy
-    /// would report them: what relative times resolve against.
+    /// would report them: what relative times resolve against (`None`,
+    /// not read, when every time is absolute).
     pub range: Option<(i64, i64)>,
     /// Chunks left in the bucket.
     pub skipped: usize,
@@ -170,7 +171,18 @@ pub async fn select(
         &[WHOLE_TABLE, SCHED_SWITCH.name, SCHED_WAKEUP.name]
     };
     let mut selector = Selector::new(store, location, roots, wanted, dirs);
-    let range = selector.range().await?;
+    // The whole recording's first and last event (footers near each end)
+    // only where a time is relative to them: "03:05-03:15" on a fleet is
+    // two footer reads fewer per host when given as RFC 3339 times.
+    let relative = [span.from, span.to]
+        .into_iter()
+        .flatten()
+        .any(|when| !matches!(when, When::Absolute(_)));
+    let range = if relative || (span.before_window && span.to.is_none()) {
+        selector.range().await?
+    } else {
+        None
+    };
     let resolve = |when: Option<When>| when.map(|w| w.resolve(range)).transpose();
     let (Ok(from), Ok(to)) = (resolve(span.from), resolve(span.to)) else {
         return Ok(None);
@@ -551,6 +563,80 @@ mod tests {
 
     fn listing(files: &[&str]) -> BTreeMap<String, u64> {
         files.iter().map(|f| (f.to_string(), 1)).collect()
+    }
+
+    /// A chunk holding one event a second from `start_ns` for `seconds`.
+    fn chunk_bytes(start_ns: i64, seconds: i64) -> Vec<u8> {
+        use arrow::{array::Int64Array, datatypes::*, record_batch::RecordBatch};
+        let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
+        let ts = Int64Array::from_iter_values((0..seconds).map(|s| start_ns + s * 1_000_000_000));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(ts)]).unwrap();
+        let mut bytes = Vec::new();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        bytes
+    }
+
+    #[tokio::test]
+    async fn absolute_times_read_no_footer_for_the_recordings_ends() {
+        // Four 10-minute chunks; a second in the third.
+        let minute = 60 * 1_000_000_000i64;
+        let t0 = hindsight_schemas::when::When::parse("2026-12-04T00:00:00Z").unwrap();
+        let When::Absolute(t0) = t0 else { panic!() };
+        let location = Location::parse("s3://b/host").unwrap();
+        let memory = object_store::memory::InMemory::new();
+        let mut files = BTreeMap::new();
+        for i in 0..4 {
+            let start = t0 + i * 10 * minute;
+            let relative = format!("sched_switch/{}", layout::chunk_file_name(start, i as u64));
+            let bytes = chunk_bytes(start, 600);
+            files.insert(relative.clone(), bytes.len() as u64);
+            memory
+                .put(&location.key(&relative), bytes.into())
+                .await
+                .unwrap();
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(memory);
+        let cache = tempfile::tempdir().unwrap();
+        let footers_read = |from: When, to: When| {
+            let (store, location, files) = (&store, &location, &files);
+            let dirs = [cache.path().join(format!("{from:?}"))];
+            async move {
+                let span = Span {
+                    from: Some(from),
+                    to: Some(to),
+                    before_ns: 0,
+                    before_window: false,
+                    after_ns: 0,
+                    derived: &[],
+                };
+                let wanted = [files.clone()];
+                let selection = select(store, location, &[String::new()], &wanted, &dirs, &span)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (selection.footers_read, selection.keep[0].clone())
+            }
+        };
+        let second = t0 + 25 * minute;
+        let (absolute, kept) = footers_read(
+            When::Absolute(second),
+            When::Absolute(second + 1_000_000_000),
+        )
+        .await;
+        // The same second, relative to the first event.
+        let (relative, kept_too) = footers_read(
+            When::AfterStart(25 * minute),
+            When::AfterStart(25 * minute + 1_000_000_000),
+        )
+        .await;
+        assert_eq!(kept, kept_too);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        // Names settle every chunk but the one before the window (its rows
+        // may run 2 min past the next name); the ends take more.
+        assert_eq!(absolute, 1);
+        assert!(relative > absolute, "{relative}");
     }
 
     #[test]
