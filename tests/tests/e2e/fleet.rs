@@ -199,9 +199,13 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn hindsight push --follow");
+    // Busy until 3 chunks have closed: a loaded machine rotates late.
+    let deadline = Instant::now() + Duration::from_secs(60);
     pingpong(3_000);
-    thread::sleep(Duration::from_millis(2500));
-    pingpong(3_000);
+    while closed_chunks(&host_a, "sched_switch").len() < 3 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(700));
+        pingpong(2_000);
+    }
     settle();
     recorder.stop();
     // Two rounds of --follow after the recorder closed its last chunks.
@@ -453,6 +457,20 @@ fn a_missing_bucket_or_a_refused_key_is_one_line_and_exit_code_2() {
 /// gives: the report, the flame graph and the slice over the bucket equal
 /// those over the directory. A recording not indexed is fetched whole (its
 /// reports pair raw events from any time before the window).
+/// The closed chunks of `table` in the recording `dir`, sorted by name.
+fn closed_chunks(dir: &Path, table: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join(table))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".parquet") && !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 #[test]
 fn a_window_fetches_only_the_chunks_it_reads_and_answers_as_the_whole() {
     let _machine = shared();
@@ -460,19 +478,7 @@ fn a_window_fetches_only_the_chunks_it_reads_and_answers_as_the_whole() {
     let server = S3Server::start(false);
     server.create_bucket("fleet");
     let host = scratch.dir.path().join("host");
-    let chunks_of = |dir: &Path, table: &str| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir.join(table))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.ends_with(".parquet") && !n.starts_with('.'))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    };
-    let switch_chunks = |dir: &Path| chunks_of(dir, "sched_switch");
+    let switch_chunks = |dir: &Path| closed_chunks(dir, "sched_switch");
     // Busy until 8 chunks have closed: a loaded machine rotates late.
     let recorder = Recorder::start(&host, &["--chunk", "1s"]);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -552,7 +558,7 @@ fn a_window_fetches_only_the_chunks_it_reads_and_answers_as_the_whole() {
     // tables come whole; the counters only for the window.
     let copy = compare(&runqlat);
     assert_eq!(switch_chunks(&copy), recorded, "sched_switch whole");
-    let counters = chunks_of(&copy, "counter");
+    let counters = closed_chunks(&copy, "counter");
     assert!(
         !counters.is_empty() && first_and_last.iter().all(|c| !counters.contains(c)),
         "counter chunks of {recorded:?} fetched for {from}..{to}: {counters:?}"
