@@ -16,7 +16,8 @@
 //!   file is renamed into place; [`recover_recording`] turns the journals a
 //!   dead recorder left into ordinary sorted chunks.
 //! - Memory is bounded: rows wait for their row group in the sink until
-//!   [`ROW_GROUP_ROWS`] have gathered, then are sorted and encoded at once.
+//!   [`ROW_GROUP_ROWS`] have gathered ([`CPU_SAMPLE_ROW_GROUP_ROWS`] for
+//!   `cpu_sample`), then are sorted and encoded at once.
 //! - Within each row group, rows are sorted by the table's sort key (for
 //!   example `cpu, ts`), and the file declares it in its metadata.
 //! - Every file carries the schema version, table, host and boot id in its
@@ -52,6 +53,24 @@ use crate::private_dir::PrivateDir;
 /// Parquet row group: large enough for good compression, small enough to
 /// bound the writer's memory (about 60 bytes a row, per table).
 pub const ROW_GROUP_ROWS: usize = 32 * 1024;
+
+/// `cpu_sample`'s bound instead: a minute of 999 Hz on 2 CPUs (120 k
+/// samples) in one row group, so its stack ids' dictionary (8 bytes an id,
+/// hashes that do not compress) is written once a chunk, not four times:
+/// `stack_id` took 1.47-1.54 B a sample against 1.55-1.75 (BENCHMARKS.md,
+/// "Bytes per sample on a steady process"). Its rows are small (six
+/// fixed-width columns and a name's dictionary key), and at the default
+/// 49 Hz a minute of 40 CPUs fits.
+pub const CPU_SAMPLE_ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// How many rows of `table` make a row group.
+fn row_group_rows(table: &Table) -> usize {
+    if table.name == hindsight_schemas::tables::CPU_SAMPLE.name {
+        CPU_SAMPLE_ROW_GROUP_ROWS
+    } else {
+        ROW_GROUP_ROWS
+    }
+}
 
 /// Who wrote a recording, stamped into every file.
 #[derive(Clone, Debug)]
@@ -111,20 +130,29 @@ pub enum Closed {
 }
 
 /// Rows waiting for their row group.
-#[derive(Default)]
 struct RowGroupBuffer {
     batches: Vec<RecordBatch>,
     rows: usize,
+    /// [`row_group_rows`] of the table.
+    limit: usize,
 }
 
 impl RowGroupBuffer {
+    fn new(table: &Table) -> Self {
+        RowGroupBuffer {
+            batches: Vec::new(),
+            rows: 0,
+            limit: row_group_rows(table),
+        }
+    }
+
     fn push(&mut self, batch: RecordBatch) {
         self.rows += batch.num_rows();
         self.batches.push(batch);
     }
 
     fn is_full(&self) -> bool {
-        self.rows >= ROW_GROUP_ROWS
+        self.rows >= self.limit
     }
 
     /// Everything pending as one batch sorted by the table's key (None if empty).
@@ -449,7 +477,7 @@ impl TableSink {
             journal,
             journal_name,
             journal_len: 0,
-            pending: RowGroupBuffer::default(),
+            pending: RowGroupBuffer::new(self.table),
             dir_synced: false,
             synced_len: 0,
         })
@@ -586,7 +614,7 @@ pub fn recover_journal(
         .with_context(|| format!("reading {}", journal_path.display()))?;
     let mut entries = journal::JournalReader::new(io::BufReader::with_capacity(1 << 20, file));
     let mut writer = None;
-    let mut pending = RowGroupBuffer::default();
+    let mut pending = RowGroupBuffer::new(table);
     let mut rows = 0u64;
     let temp_path = dir.shown(&temp_name);
     while let Some(batch) = entries.next() {
@@ -919,6 +947,42 @@ pub(crate) mod tests {
             .collect();
         let half = big.len() as i64;
         assert_eq!(groups, [2 * half, half]);
+    }
+
+    #[test]
+    fn cpu_samples_gather_a_larger_row_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = TableSink::new(
+            &PrivateDir::open(dir.path()).unwrap(),
+            &hindsight_schemas::tables::CPU_SAMPLE,
+            &stamp(),
+        )
+        .unwrap();
+        // Past the other tables' bound, within cpu_sample's: one row group.
+        let rows = ROW_GROUP_ROWS + ROW_GROUP_ROWS / 2;
+        let mut b = crate::rows::CpuSampleRows::new();
+        for i in 0..rows as i64 {
+            b.ts.append_value(i);
+            b.cpu.append_value((i % 2) as i32);
+            b.tid.append_value(7);
+            b.pid.append_value(7);
+            b.comm.append_value("burn");
+            b.stack_id.append_value(i % 100);
+            b.kernel.append_value(false);
+        }
+        sink.write(&b.finish(), "c-000003.parquet").unwrap();
+        let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
+            panic!("a chunk was open")
+        };
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let groups: Vec<i64> = reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        assert_eq!(groups, [rows as i64]);
     }
 
     #[test]
