@@ -937,16 +937,21 @@ pub(crate) mod tests {
         let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
             panic!("a chunk was open")
         };
+        let groups = row_group_rows_of(&path);
+        let half = big.len() as i64;
+        assert_eq!(groups, [2 * half, half]);
+    }
+
+    /// The rows of each row group of the Parquet file `path`.
+    fn row_group_rows_of(path: &Path) -> Vec<i64> {
         let reader =
-            parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
-        let groups: Vec<i64> = reader
+            parquet::file::reader::SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        reader
             .metadata()
             .row_groups()
             .iter()
             .map(|g| g.num_rows())
-            .collect();
-        let half = big.len() as i64;
-        assert_eq!(groups, [2 * half, half]);
+            .collect()
     }
 
     #[test]
@@ -974,14 +979,7 @@ pub(crate) mod tests {
         let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
             panic!("a chunk was open")
         };
-        let reader =
-            parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
-        let groups: Vec<i64> = reader
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|g| g.num_rows())
-            .collect();
+        let groups = row_group_rows_of(&path);
         assert_eq!(groups, [rows as i64]);
     }
 
