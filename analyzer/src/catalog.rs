@@ -29,6 +29,14 @@
 //!
 //! Row order is not declared to DataFusion: `schemas` promises sorting
 //! within a row group only, and a wrong declared order gives wrong results.
+//!
+//! - On a Ballista cluster (`--cluster`, [`set_cluster`]) the session plans
+//!   here and runs there: Ballista's scheduler and executors know only the
+//!   standard Parquet format, so each table lists its closed chunks by URL
+//!   (`s3://` for a copy of a bucket, `file://` otherwise) with statistics
+//!   off, which is what keeps the scheduler from declaring each file's
+//!   order (the reason for [`ChunkFormat`]). Journals and `--debug-dir`
+//!   are local state the cluster cannot see, so they are refused.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -36,9 +44,12 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use ballista::extension::SessionStateExt;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::empty::EmptyTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -48,6 +59,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{ident, lit, LogicalPlanBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use hindsight_schemas::{all_tables, journal, layout, tables::FRAME, VIEWS};
@@ -55,6 +67,7 @@ use hindsight_schemas::{all_tables, journal, layout, tables::FRAME, VIEWS};
 use crate::chunk_format::ChunkFormat;
 use crate::debug_names;
 use crate::recording::{Recording, TableFiles};
+use crate::remote;
 
 /// The name of the column that tells recordings apart when several are open.
 pub const HOST_COLUMN: &str = "host";
@@ -117,12 +130,70 @@ fn runtime() -> Result<&'static (u64, Arc<RuntimeEnv>)> {
     Ok(RUNTIME.get().expect("set above"))
 }
 
+/// The Ballista scheduler every query of this process runs on
+/// (`--cluster`), as `http://HOST:PORT`; unset, queries run here.
+static CLUSTER: OnceLock<String> = OnceLock::new();
+
+/// The port of a Ballista scheduler's address when `df://HOST` gives none.
+pub const DEFAULT_SCHEDULER_PORT: u16 = 50050;
+
+/// Parses `--cluster`: `df://HOST[:PORT]` to the `http://HOST:PORT` the
+/// Ballista client connects to.
+pub fn parse_cluster_url(text: &str) -> std::result::Result<String, String> {
+    let url =
+        url::Url::parse(text).map_err(|e| format!("'{text}': {e}, expected df://HOST[:PORT]"))?;
+    if url.scheme() != "df" {
+        return Err(format!("'{text}': expected df://HOST[:PORT]"));
+    }
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return Err(format!("'{text}': no host, expected df://HOST[:PORT]"));
+    };
+    if !matches!(url.path(), "" | "/") {
+        return Err(format!(
+            "'{text}': a scheduler's address has no path, expected df://HOST[:PORT]"
+        ));
+    }
+    let port = url.port().unwrap_or(DEFAULT_SCHEDULER_PORT);
+    Ok(format!("http://{host}:{port}"))
+}
+
+/// Makes every later session run its queries on the Ballista scheduler
+/// at `scheduler` (from [`parse_cluster_url`]). Only the first call counts.
+pub fn set_cluster(scheduler: String) {
+    let _ = CLUSTER.set(scheduler);
+}
+
+/// The scheduler queries run on, if `--cluster` was given.
+pub fn cluster() -> Option<&'static str> {
+    CLUSTER.get().map(String::as_str)
+}
+
 /// A session with every table of `recordings` registered.
 pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<SessionContext> {
     let config = SessionConfig::new()
         .with_target_partitions(partitions.max(1))
         .with_information_schema(true);
-    let ctx = SessionContext::new_with_config_rt(config, Arc::clone(&runtime()?.1));
+    let runtime = Arc::clone(&runtime()?.1);
+    let ctx = match cluster() {
+        None => SessionContext::new_with_config_rt(config, runtime),
+        Some(scheduler) => {
+            // The scheduler lists the files and plans the scans; with
+            // statistics it would take each file's order from its
+            // sorting_columns, which hold within a row group only.
+            let config = config.set_bool("datafusion.execution.collect_statistics", false);
+            let mut state = SessionStateBuilder::new()
+                .with_config(config)
+                .with_runtime_env(runtime)
+                .with_default_features()
+                .build()
+                .upgrade_for_ballista(scheduler.to_owned())?;
+            state
+                .config_mut()
+                .options_mut()
+                .set("ballista.planner.adaptive.enabled", "false")?;
+            SessionContext::new_with_state(state)
+        }
+    };
     match recordings {
         [] => return Err(DataFusionError::Plan("no recording to open".into())),
         [one] => {
@@ -149,6 +220,13 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                 for (part_no, (rec, host)) in many.iter().zip(&hosts).enumerate() {
                     let files = &rec.tables[i];
                     debug_assert_eq!(files.table.name, table.name);
+                    if cluster().is_some() && holds_no_rows(files)? {
+                        // Ballista 55 loses the tasks of a union with an
+                        // empty input (their metrics do not match the
+                        // stage's) and the query never ends; the part adds
+                        // nothing anyway.
+                        continue;
+                    }
                     let mut columns: Vec<_> = table.columns.iter().map(|c| ident(c.name)).collect();
                     columns.push(lit(host.as_str()).alias(HOST_COLUMN));
                     let part = LogicalPlanBuilder::scan(
@@ -164,7 +242,14 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                         Some(u) => u.union(part)?,
                     });
                 }
-                let mut plan = union.expect("two or more recordings").build()?;
+                let Some(union) = union else {
+                    let mut fields = table.schema().fields().to_vec();
+                    fields.push(Arc::new(Field::new(HOST_COLUMN, DataType::Utf8, false)));
+                    let schema = Arc::new(Schema::new(fields));
+                    ctx.register_table(table.name, Arc::new(EmptyTable::new(schema)))?;
+                    continue;
+                };
+                let mut plan = union.build()?;
                 if table.name == FRAME.name && debug_names::active() {
                     plan = debug_names::named_frames(plan)?;
                 }
@@ -193,6 +278,9 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
     let schema = files.table.schema();
     if !files.dir.is_dir() {
         return Ok(Arc::new(EmptyTable::new(schema)));
+    }
+    if cluster().is_some() {
+        return cluster_table_provider(files);
     }
     let options = ListingOptions::new(Arc::new(ChunkFormat::default()))
         .with_file_extension(format!(".{}", layout::PARQUET_EXT));
@@ -232,6 +320,66 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
     )?
     .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// The table provider for one table of one recording whose queries run on
+/// a Ballista cluster: its closed chunks by URL, in plain Parquet.
+fn cluster_table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
+    let schema = without_dictionaries(&files.table.schema());
+    if !journal_rows(files)?.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "{}: the recording is being written, and the rows of its open chunk are in \
+             journals only this machine can read; query it without --cluster, or once \
+             the recorder has stopped",
+            files.dir.display()
+        )));
+    }
+    if files.chunks.is_empty() {
+        return Ok(Arc::new(EmptyTable::new(schema)));
+    }
+    let bucket = files.dir.parent().and_then(remote::url_of_copy);
+    let urls = files
+        .chunks
+        .iter()
+        .map(|chunk| match &bucket {
+            Some(recording) => {
+                let name = chunk.path.file_name().unwrap_or_default().to_string_lossy();
+                ListingTableUrl::parse(format!("{recording}/{}/{name}", files.table.name))
+            }
+            None => file_url(&chunk.path),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(format!(".{}", layout::PARQUET_EXT));
+    let config = ListingTableConfig::new_with_multi_paths(urls)
+        .with_listing_options(options)
+        .with_schema(schema);
+    Ok(Arc::new(ListingTable::try_new(config)?))
+}
+
+/// Whether one table of one recording has neither a closed chunk nor a
+/// journal's rows.
+fn holds_no_rows(files: &TableFiles) -> Result<bool> {
+    Ok(files.chunks.is_empty() && journal_rows(files)?.is_empty())
+}
+
+/// `schema` with every dictionary-encoded column as its plain values.
+/// Ballista 55's shuffles hand the next stage plain strings where the plan
+/// expects a dictionary (the stage fails: "RowConverter column schema
+/// mismatch"), so on a cluster the Parquet reader decodes them at once.
+fn without_dictionaries(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Dictionary(_, values) => field
+                .as_ref()
+                .clone()
+                .with_data_type(values.as_ref().clone()),
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 /// Every complete row of the table's journals whose chunk is not closed yet.
@@ -390,4 +538,48 @@ pub async fn query_batches(ctx: &SessionContext, sql: &str) -> Result<Vec<Record
         .await?
         .collect()
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_address_is_df_host_and_an_optional_port() {
+        assert_eq!(
+            parse_cluster_url("df://10.0.0.5").unwrap(),
+            "http://10.0.0.5:50050"
+        );
+        assert_eq!(
+            parse_cluster_url("df://scheduler.example:6000/").unwrap(),
+            "http://scheduler.example:6000"
+        );
+        for bad in [
+            "http://h:50050",
+            "df://",
+            "df://h/x",
+            "h:50050",
+            "df://h:99999",
+        ] {
+            assert!(parse_cluster_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn on_a_cluster_strings_are_read_without_their_dictionary() {
+        let schema = hindsight_schemas::tables::SCHED_SWITCH.schema();
+        assert!(schema
+            .fields()
+            .iter()
+            .any(|f| matches!(f.data_type(), DataType::Dictionary(..))));
+        let plain = without_dictionaries(&schema);
+        for (before, after) in schema.fields().iter().zip(plain.fields()) {
+            assert_eq!(before.name(), after.name());
+            assert_eq!(before.is_nullable(), after.is_nullable());
+            match before.data_type() {
+                DataType::Dictionary(_, values) => assert_eq!(after.data_type(), values.as_ref()),
+                other => assert_eq!(after.data_type(), other),
+            }
+        }
+    }
 }

@@ -45,6 +45,14 @@ pub struct Cli {
     /// recording is not changed. Repeatable.
     #[arg(long, global = true, value_name = "DIR")]
     pub debug_dir: Vec<PathBuf>,
+    /// Run the queries on an Apache DataFusion Ballista 55 cluster: its scheduler's address
+    /// (df://HOST, port 50050 unless given). The recording is read by the cluster's
+    /// executors, so give it as s3://BUCKET/PREFIX (the executors need the AWS_* variables)
+    /// or as a directory every executor sees at the same path; results are the same as
+    /// without --cluster. `scripts/cluster up` starts a local one. Not with --debug-dir, or
+    /// on a recording still being written.
+    #[arg(long, global = true, value_name = "URL", value_parser = catalog::parse_cluster_url)]
+    pub cluster: Option<String>,
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
@@ -710,6 +718,8 @@ pub struct Config {
     pub memory_limit: u64,
     /// Where frames are named from at read time (`--debug-dir`).
     pub debug_dirs: Vec<PathBuf>,
+    /// The Ballista scheduler queries run on (`--cluster`), as an http:// URL.
+    pub cluster: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -860,6 +870,7 @@ impl Cli {
                             threads,
                             memory_limit: self.memory_limit,
                             debug_dirs: self.debug_dir.clone(),
+                            cluster: self.cluster.clone(),
                         };
                     }
                 };
@@ -902,6 +913,7 @@ impl Cli {
             threads,
             memory_limit: self.memory_limit,
             debug_dirs: self.debug_dir,
+            cluster: self.cluster,
         }
     }
 }

@@ -113,6 +113,17 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
     catalog::set_memory_limit(config.memory_limit).map_err(catalog::one_line)?;
     heap::set_ceiling(config.memory_limit);
     debug_names::set_debug_dirs(config.debug_dirs.clone());
+    if let Some(scheduler) = config.cluster.clone() {
+        if !config.debug_dirs.is_empty() {
+            return Err(UsageError(
+                "--debug-dir names frames from files on this machine, which a --cluster's \
+                 executors cannot read: use one or the other"
+                    .into(),
+            )
+            .into());
+        }
+        catalog::set_cluster(scheduler);
+    }
     let mut action = config.action;
     fetch_remote(&mut action).await?;
     // Validate every input before the first byte of output.

@@ -188,3 +188,71 @@ fn a_live_recording_reads_closed_chunks_and_the_journal() {
         "last\n2023-11-14T22:13:20.012Z\n"
     );
 }
+
+/// What `--cluster` cannot do is refused before anything is sent: the
+/// journals of a recording being written are on this machine only, and so
+/// are `--debug-dir`'s files; an address that is not `df://HOST[:PORT]` is
+/// a usage error. (Port 9 is discard: nothing would answer there.)
+#[test]
+fn the_cluster_refuses_what_it_cannot_see() {
+    use hindsight_schemas::{journal, layout};
+
+    let fx = Fixture::new();
+    let rec = switches(&fx, "rec", "web1");
+    let dir = rec.dir.join("sched_switch");
+    let metadata = layout::file_metadata("sched_switch", "web1", "boot-1", "0.1.0-test")
+        .into_iter()
+        .collect();
+    let on_cluster = |extra: &[&str]| {
+        let mut args = vec!["--cluster", "df://127.0.0.1:9"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "sql",
+            rec.dir.to_str().unwrap(),
+            "SELECT count(*) FROM sched_switch",
+        ]);
+        crate::fixture::hindsight(args)
+    };
+
+    let out = on_cluster(&["--debug-dir", "/usr/lib/debug"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        crate::fixture::stderr(&out)
+    );
+    assert!(crate::fixture::stderr(&out).contains("--debug-dir"));
+
+    let row = json!({"ts": t(10), "cpu": 0, "prev_tid": 7, "prev_pid": 7, "prev_comm": "live",
+                     "prev_state": "S", "prev_prio": 120, "next_tid": 0, "next_pid": 0,
+                     "next_comm": "swapper/0", "next_prio": 120});
+    std::fs::write(
+        dir.join(layout::journal_file_name(
+            "20231114T221320.010Z-000004.parquet",
+        )),
+        journal::encode_entry(&crate::fixture::batch(&SCHED_SWITCH, &[row]), &metadata).unwrap(),
+    )
+    .unwrap();
+    let out = on_cluster(&[]);
+    let said = crate::fixture::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("being written") && said.contains(&dir.display().to_string()),
+        "{said}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+
+    for bad in ["http://127.0.0.1:50050", "df://", "df://host/path"] {
+        let out = crate::fixture::hindsight(["--cluster", bad, "info", rec.dir.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{bad}: {}",
+            crate::fixture::stderr(&out)
+        );
+        assert!(
+            crate::fixture::stderr(&out).contains("df://HOST[:PORT]"),
+            "{bad}"
+        );
+    }
+}
