@@ -1,6 +1,8 @@
 //! Recordings in a bucket: `hindsight push` to a real S3-compatible server
 //! on the loopback (moto, installed by `scripts/install-deps`), and every
-//! reader given `s3://` answering exactly as it does on the directories.
+//! reader given `s3://` answering exactly as it does on the directories,
+//! here and on a real Ballista cluster (`scripts/cluster`) whose executors
+//! read the bucket themselves.
 
 use std::{
     net::{TcpListener, TcpStream},
@@ -10,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::fixture::{bin, pingpong, run, settle, shared, Recorder, Scratch};
+use crate::fixture::{bin, pingpong, repo, run, settle, shared, Recorder, Scratch};
 
 /// An S3 server of our own on a free loopback port, stopped on drop.
 struct S3Server {
@@ -118,6 +120,77 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A local Ballista cluster of two executors started by `scripts/cluster`
+/// with `server`'s environment, stopped on drop.
+struct Cluster {
+    dir: std::path::PathBuf,
+    port: u16,
+    flag: String,
+}
+
+impl Cluster {
+    fn start(server: &S3Server, dir: &Path) -> Cluster {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let out = run(Command::new(repo().join("scripts/cluster"))
+            .args([
+                "up",
+                "--executors",
+                "2",
+                "--port",
+                &port.to_string(),
+                "--dir",
+            ])
+            .arg(dir)
+            .envs(server.env()));
+        assert!(
+            out.status.success(),
+            "scripts/cluster up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let flag = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert_eq!(flag, format!("--cluster df://127.0.0.1:{port}"));
+        Cluster {
+            dir: dir.to_owned(),
+            port,
+            flag,
+        }
+    }
+
+    /// `--cluster` and its value, to put before a command's arguments.
+    fn args(&self) -> Vec<&str> {
+        self.flag.splitn(2, ' ').collect()
+    }
+
+    /// How many jobs the scheduler has completed, from its REST API: proof
+    /// that a query ran there.
+    fn jobs_completed(&self) -> usize {
+        let url = format!("http://127.0.0.1:{}/api/jobs", self.port);
+        let out = run(Command::new("curl").args(["-fsS", &url]));
+        assert!(
+            out.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .filter(|job| job["status"] == "Completed")
+            .count()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = run(Command::new(repo().join("scripts/cluster"))
+            .args(["down", "--dir"])
+            .arg(&self.dir));
     }
 }
 
@@ -273,7 +346,9 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
     assert_eq!(keys_below(&server, "fleet", "hosts/hostB/"), local_b);
     assert!(push_b(&[]).contains("0 uploaded"));
 
-    // Reading the bucket equals reading the directories.
+    // Reading the bucket equals reading the directories, here and on a
+    // cluster, whether its executors read the bucket or the directories.
+    let cluster = Cluster::start(&server, &scratch.dir.path().join("cluster"));
     let local: Vec<&str> = vec![host_a.to_str().unwrap(), host_b.to_str().unwrap()];
     let compare = |args: &[&str]| {
         let mut over_dirs: Vec<&str> = args.to_vec();
@@ -285,9 +360,28 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
             hindsight(&server, &cache, &over_dirs),
             "over the directories",
         );
-        let got = stdout_of(hindsight(&server, &cache, &over_bucket), "over the bucket");
         assert!(!expected.trim().is_empty(), "{args:?} printed nothing");
+        let got = stdout_of(hindsight(&server, &cache, &over_bucket), "over the bucket");
         assert_eq!(got, expected, "{args:?}");
+        for over in [&over_bucket, &over_dirs] {
+            let jobs = cluster.jobs_completed();
+            let on_cluster = [cluster.args(), over.to_vec()].concat();
+            // A job Ballista loses never ends: fail rather than hang.
+            let got = stdout_of(
+                run(Command::new("timeout")
+                    .arg("300")
+                    .arg(bin("hindsight"))
+                    .args(&on_cluster)
+                    .envs(server.env())
+                    .env("HINDSIGHT_CACHE_DIR", &cache)),
+                "on the cluster",
+            );
+            assert_eq!(got, expected, "{on_cluster:?}");
+            assert!(
+                cluster.jobs_completed() > jobs,
+                "{on_cluster:?} ran no job there"
+            );
+        }
         expected
     };
     let counts = compare(&[
