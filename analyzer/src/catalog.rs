@@ -220,13 +220,6 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                 for (part_no, (rec, host)) in many.iter().zip(&hosts).enumerate() {
                     let files = &rec.tables[i];
                     debug_assert_eq!(files.table.name, table.name);
-                    if cluster().is_some() && holds_no_rows(files)? {
-                        // Ballista 55 loses the tasks of a union with an
-                        // empty input (their metrics do not match the
-                        // stage's) and the query never ends; the part adds
-                        // nothing anyway.
-                        continue;
-                    }
                     let mut columns: Vec<_> = table.columns.iter().map(|c| ident(c.name)).collect();
                     columns.push(lit(host.as_str()).alias(HOST_COLUMN));
                     let part = LogicalPlanBuilder::scan(
@@ -242,14 +235,7 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                         Some(u) => u.union(part)?,
                     });
                 }
-                let Some(union) = union else {
-                    let mut fields = table.schema().fields().to_vec();
-                    fields.push(Arc::new(Field::new(HOST_COLUMN, DataType::Utf8, false)));
-                    let schema = Arc::new(Schema::new(fields));
-                    ctx.register_table(table.name, Arc::new(EmptyTable::new(schema)))?;
-                    continue;
-                };
-                let mut plan = union.build()?;
+                let mut plan = union.expect("two or more recordings").build()?;
                 if table.name == FRAME.name && debug_names::active() {
                     plan = debug_names::named_frames(plan)?;
                 }
@@ -355,12 +341,6 @@ fn cluster_table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> 
         .with_listing_options(options)
         .with_schema(schema);
     Ok(Arc::new(ListingTable::try_new(config)?))
-}
-
-/// Whether one table of one recording has neither a closed chunk nor a
-/// journal's rows.
-fn holds_no_rows(files: &TableFiles) -> Result<bool> {
-    Ok(files.chunks.is_empty() && journal_rows(files)?.is_empty())
 }
 
 /// `schema` with every dictionary-encoded column as its plain values.

@@ -14,7 +14,8 @@
 //! - [`cli`]: clap flags and their resolution into a [`cli::Config`].
 //! - [`recording`]: open and validate a recording directory from its
 //!   `recording.json` and Parquet footers; [`RecordingError`].
-//! - [`catalog`]: register recordings as DataFusion tables, run queries.
+//! - [`catalog`]: register recordings as DataFusion tables, run queries,
+//!   here or (`--cluster`) on an Apache DataFusion Ballista cluster.
 //! - [`output`]: print results as a table, CSV or JSON lines; write Parquet.
 //! - [`shell`]: `hindsight sql` without a query: the interactive shell, or
 //!   a script on standard input.

@@ -415,6 +415,17 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         "csv",
     ]);
     compare(&["report", "timeline", "REC", "--format", "csv"]);
+    // A UNION ALL whose inputs differ per task: it never ended on a stock
+    // Ballista executor (executor/src/main.rs).
+    compare(&[
+        "report",
+        "numa",
+        "REC",
+        "--interval",
+        "1s",
+        "--format",
+        "csv",
+    ]);
     // A window relative to the two hosts' first and last events together,
     // resolved from the footers near each end before anything is fetched.
     compare(&[
