@@ -16,6 +16,10 @@
 #                cache (cold: lists and downloads everything) and with the cache
 #                full (warm: lists, downloads nothing); rounds interleaved,
 #                medians of wall time
+#   cluster      for N = 1 2 4 8, the same count and runqlat over s3:// (cache
+#                warm) with --cluster, on a local Ballista cluster
+#                (scripts/cluster --release) of 1 and of 2 executors, beside the
+#                same without --cluster; the same answer both ways
 #   window       REC as recorded (raw) and indexed, each in its own prefix;
 #                questions about the last WINDOW (default -2m) with an empty
 #                cache: the bytes they download against the whole prefix's,
@@ -25,20 +29,22 @@
 #   bench/fleet.sh REC
 #   ROUNDS=5 HOSTS="1 2 4" PARTS="push hosts" bench/fleet.sh REC
 #   PARTS=window WINDOW=-5m bench/fleet.sh REC
+#   PARTS=cluster bench/fleet.sh REC    (builds the cluster's release binaries first)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$repo/target/release}
 rounds=${ROUNDS:-3}
 hosts=${HOSTS:-1 2 4 8}
-parts=" ${PARTS:-push hosts window} "
+parts=" ${PARTS:-push hosts cluster window} "
 window=${WINDOW:--2m}
 want() { [[ $parts == *" $1 "* ]]; }
 rec=${1:?usage: bench/fleet.sh RECORDING}
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
+port_cluster=$((port + 100))
 python3 -m moto.server -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
 moto=$!
-trap 'kill $moto 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $moto 2>/dev/null; "$repo/scripts/cluster" down --dir "$work/cluster" 2>/dev/null; rm -rf "$work"' EXIT
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1 \
   AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true
 export HINDSIGHT_CACHE_DIR=$work/cache
@@ -99,6 +105,41 @@ for n in $hosts; do
       "$(median <"$work/warm.t")" "$rounds"
   done
 done
+
+if want cluster; then
+  for n in ${HOSTS:-1 2 4 8}; do
+    url=s3://bench/c$n
+    for i in $(seq "$n"); do
+      "$bin/hindsight" push "$rec" "$url/h$i" >/dev/null
+    done
+    "$bin/hindsight" sql "$url" 'SELECT 1' >/dev/null # fills the cache
+    for question in count runqlat; do
+      case $question in
+        count) args=(sql) tail=('SELECT count(*) FROM sched_switch' --format csv) ;;
+        runqlat) args=(report runqlat) tail=(--interval 1m --format csv) ;;
+      esac
+      line="N=$n $question"
+      : >"$work/here.t"
+      for executors in 1 2; do
+        "$repo/scripts/cluster" up --release --executors "$executors" --port "$port_cluster" \
+          --dir "$work/cluster" >/dev/null
+        : >"$work/cluster.t"
+        for _ in $(seq "$rounds"); do
+          [[ $executors == 1 ]] && seconds "$bin/hindsight" "${args[@]}" "$url" "${tail[@]}" >>"$work/here.t"
+          seconds "$bin/hindsight" --cluster "df://127.0.0.1:$port_cluster" "${args[@]}" "$url" \
+            "${tail[@]}" >>"$work/cluster.t"
+        done
+        diff <("$bin/hindsight" "${args[@]}" "$url" "${tail[@]}") \
+          <("$bin/hindsight" --cluster "df://127.0.0.1:$port_cluster" "${args[@]}" "$url" "${tail[@]}") \
+          >/dev/null || { echo "N=$n $question: the cluster's answer differs" >&2; exit 1; }
+        "$repo/scripts/cluster" down --dir "$work/cluster"
+        line+=$(printf '   cluster of %s %6.2f s' "$executors" "$(median <"$work/cluster.t")")
+      done
+      printf '%s   here %6.2f s%s   (medians of %s)\n' "${line%%   cluster*}" \
+        "$(median <"$work/here.t")" "   cluster${line#*   cluster}" "$rounds"
+    done
+  done
+fi
 
 cached_bytes() { find "$work/cache" -name '*.parquet' ! -name '.*' -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
 if want window; then
