@@ -187,6 +187,11 @@ pub fn context_for(recordings: &[Recording], partitions: usize) -> Result<Sessio
                 .with_default_features()
                 .build()
                 .upgrade_for_ballista(scheduler.to_owned())?;
+            // Ballista 55's adaptive planner re-plans a window's input
+            // after a shuffle and sorts it without one of its PARTITION BY
+            // columns; the stage then fails ("Expects PARTITION BY
+            // expression to be ordered", report atop). The static planner
+            // keeps DataFusion's plan.
             state
                 .config_mut()
                 .options_mut()
