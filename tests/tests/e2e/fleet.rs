@@ -132,34 +132,37 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// Starts it on ports below the ephemeral range (where outgoing
+    /// connections of other tests take ports at any moment), all free when
+    /// chosen; another start on new ports if one was taken meanwhile.
     fn start(server: &S3Server, dir: &Path) -> Cluster {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let out = run(Command::new(repo().join("scripts/cluster"))
-            .args([
-                "up",
-                "--executors",
-                "2",
-                "--port",
-                &port.to_string(),
-                "--dir",
-            ])
-            .arg(dir)
-            .envs(server.env()));
-        assert!(
-            out.status.success(),
-            "scripts/cluster up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let flag = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        assert_eq!(flag, format!("--cluster df://127.0.0.1:{port}"));
-        Cluster {
-            dir: dir.to_owned(),
-            port,
-            flag,
+        let mut said = String::new();
+        for attempt in 0..3u16 {
+            let port = free_cluster_ports(attempt);
+            let out = run(Command::new(repo().join("scripts/cluster"))
+                .args([
+                    "up",
+                    "--executors",
+                    "2",
+                    "--port",
+                    &port.to_string(),
+                    "--dir",
+                ])
+                .arg(dir)
+                .envs(server.env()));
+            said = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !out.status.success() {
+                continue;
+            }
+            let flag = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+            assert_eq!(flag, format!("--cluster df://127.0.0.1:{port}"));
+            return Cluster {
+                dir: dir.to_owned(),
+                port,
+                flag,
+            };
         }
+        panic!("scripts/cluster up failed 3 times: {said}");
     }
 
     /// `--cluster` and its value, to put before a command's arguments.
@@ -184,6 +187,20 @@ impl Cluster {
             .filter(|job| job["status"] == "Completed")
             .count()
     }
+}
+
+/// A scheduler port P for `scripts/cluster up --executors 2`, such that P
+/// and the executors' P+11..P+13 and P+21..P+23 are all free now.
+fn free_cluster_ports(attempt: u16) -> u16 {
+    let seed = std::process::id() as u16 ^ attempt.wrapping_mul(7919);
+    (0..200u16)
+        .map(|i| 20_000 + (seed.wrapping_add(i.wrapping_mul(101)) % 12_000) / 30 * 30)
+        .find(|&port| {
+            [0, 11, 12, 13, 21, 22, 23]
+                .iter()
+                .all(|offset| TcpListener::bind(("127.0.0.1", port + offset)).is_ok())
+        })
+        .expect("free ports between 20000 and 32000")
 }
 
 impl Drop for Cluster {
