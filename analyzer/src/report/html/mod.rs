@@ -736,7 +736,9 @@ footer { margin-top: 3em; color: #666; font-size: 0.9em; }
 pub fn render(page: &Page, dir: &Path) -> Result<String> {
     let s = &page.summary;
     let (start, end) = page.window;
-    let dir_text = dir.display().to_string();
+    // A copy of a bucket is named by its URL: the commands the page
+    // suggests then read the bucket, not a cache that may hold no chunk.
+    let dir_text = crate::remote::url_of_copy(dir).unwrap_or_else(|| dir.display().to_string());
     let same_day = when_text(start)[..10] == when_text(end - 1)[..10];
     let until = if same_day {
         format!("{} UTC", time_of_day(end))
