@@ -50,6 +50,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -266,21 +267,17 @@ fn register_views(ctx: &SessionContext, multi_host: bool) -> Result<()> {
 
 /// The table provider for one table of one recording.
 fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
+    if cluster().is_some() {
+        return cluster_table_provider(files);
+    }
     let schema = files.table.schema();
     if !files.dir.is_dir() {
         return Ok(Arc::new(EmptyTable::new(schema)));
     }
-    if cluster().is_some() {
-        return cluster_table_provider(files);
-    }
-    let options = ListingOptions::new(Arc::new(ChunkFormat::default()))
-        .with_file_extension(format!(".{}", layout::PARQUET_EXT));
+    let format = Arc::new(ChunkFormat::default());
     let journaled = journal_rows(files)?;
     if journaled.is_empty() {
-        let config = ListingTableConfig::new(dir_url(&files.dir)?)
-            .with_listing_options(options)
-            .with_schema(schema);
-        return Ok(Arc::new(ListingTable::try_new(config)?));
+        return Ok(listing_table(vec![dir_url(&files.dir)?], format, schema)?);
     }
     let live = Arc::new(MemTable::try_new(schema.clone(), vec![journaled])?);
     if files.chunks.is_empty() {
@@ -291,10 +288,7 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
         .iter()
         .map(|chunk| file_url(&chunk.path))
         .collect::<Result<Vec<_>>>()?;
-    let config = ListingTableConfig::new_with_multi_paths(urls)
-        .with_listing_options(options)
-        .with_schema(schema);
-    let closed = Arc::new(ListingTable::try_new(config)?);
+    let closed = listing_table(urls, format, schema)?;
     let name = files.table.name;
     let plan = LogicalPlanBuilder::scan(
         TableReference::bare(format!("{name}_closed")),
@@ -314,10 +308,11 @@ fn table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
 }
 
 /// The table provider for one table of one recording whose queries run on
-/// a Ballista cluster: its closed chunks by URL, in plain Parquet.
+/// a Ballista cluster: its closed chunks by URL, in plain Parquet. A copy
+/// of a bucket lists its chunks there (`recording::list_in_bucket`).
 fn cluster_table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> {
     let schema = without_dictionaries(&files.table.schema());
-    if !journal_rows(files)?.is_empty() {
+    if files.journaled() {
         return Err(DataFusionError::Plan(format!(
             "{}: the recording is being written, and the rows of its open chunk are in \
              journals only this machine can read; query it without --cluster, or once \
@@ -340,8 +335,22 @@ fn cluster_table_provider(files: &TableFiles) -> Result<Arc<dyn TableProvider>> 
             None => file_url(&chunk.path),
         })
         .collect::<Result<Vec<_>>>()?;
-    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-        .with_file_extension(format!(".{}", layout::PARQUET_EXT));
+    Ok(listing_table(
+        urls,
+        Arc::new(ParquetFormat::default()),
+        schema,
+    )?)
+}
+
+/// A table of the chunks (`*.parquet`) at `urls`, files or folders, read
+/// with `format` as `schema`.
+fn listing_table(
+    urls: Vec<ListingTableUrl>,
+    format: Arc<dyn FileFormat>,
+    schema: SchemaRef,
+) -> Result<Arc<ListingTable>> {
+    let options =
+        ListingOptions::new(format).with_file_extension(format!(".{}", layout::PARQUET_EXT));
     let config = ListingTableConfig::new_with_multi_paths(urls)
         .with_listing_options(options)
         .with_schema(schema);

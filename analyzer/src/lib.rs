@@ -255,6 +255,13 @@ async fn execute(config: cli::Config) -> anyhow::Result<ExitCode> {
 async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
     use cli::Action;
     let span = span_of(action);
+    // On a cluster the executors read the chunks from the bucket; `index`
+    // and `slice` write files made from them here.
+    let chunks = match action {
+        _ if catalog::cluster().is_none() => remote::Chunks::Downloaded,
+        Action::Index { .. } | Action::Slice(_) => remote::Chunks::Downloaded,
+        _ => remote::Chunks::Listed,
+    };
     let mut range = None;
     match action {
         Action::Sql { recordings, .. }
@@ -267,7 +274,7 @@ async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
             let span = span.filter(|_| recordings.len() == 1);
             let mut local = Vec::with_capacity(recordings.len());
             for arg in recordings.iter() {
-                let (dirs, whole) = fetch_one_url(arg, span.as_ref()).await?;
+                let (dirs, whole) = fetch_one_url(arg, span.as_ref(), chunks).await?;
                 local.extend(dirs);
                 range = range.or(whole);
             }
@@ -276,7 +283,7 @@ async fn fetch_remote(action: &mut cli::Action) -> anyhow::Result<()> {
         Action::Slice(slice::Request { source: one, .. })
         | Action::HtmlReport(report::html::Request { recording: one, .. })
         | Action::Export(export::Request::Perfetto { recording: one, .. }) => {
-            let (local, whole) = fetch_one_url(one, span.as_ref()).await?;
+            let (local, whole) = fetch_one_url(one, span.as_ref(), chunks).await?;
             range = whole;
             if local.len() > 1 {
                 return Err(UsageError(format!(
@@ -395,13 +402,22 @@ fn times_of(action: &mut cli::Action) -> Vec<&mut when::When> {
 async fn fetch_one_url(
     arg: &std::path::Path,
     span: Option<&remote::Span>,
+    chunks: remote::Chunks,
 ) -> anyhow::Result<(Vec<PathBuf>, Option<Option<(i64, i64)>>)> {
     if !remote::is_remote(arg) {
         return Ok((vec![arg.to_path_buf()], None));
     }
     let url = arg.to_string_lossy();
-    let (dirs, fetched) = remote::fetch(&url, span).await?;
-    if io::IsTerminal::is_terminal(&io::stderr()) && (fetched.files > 0 || fetched.skipped > 0) {
+    let (dirs, fetched) = remote::fetch(&url, span, chunks).await?;
+    if io::IsTerminal::is_terminal(&io::stderr()) && chunks == remote::Chunks::Listed {
+        eprintln!(
+            "{url}: {} chunks left in the bucket for the cluster, {} outside the window \
+             ({} footers read)",
+            fetched.listed, fetched.skipped, fetched.footers
+        );
+    } else if io::IsTerminal::is_terminal(&io::stderr())
+        && (fetched.files > 0 || fetched.skipped > 0)
+    {
         let skipped = if fetched.skipped > 0 {
             format!(
                 ", {} outside the window left there ({} footers read to tell)",

@@ -17,10 +17,17 @@
 //!
 //! The footers are kept: `info` reports rows, bytes and the time range from
 //! them without scanning a single page.
+//!
+//! A copy of a bucket that a Ballista cluster reads (`--cluster`) holds
+//! only `recording.json`: its chunks stay in the bucket, where the
+//! executors read them, and [`list_in_bucket`] gives their footers, read
+//! with ranged GETs. Opening that copy takes its chunks from that list.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use hindsight_schemas::meta::{self, RecordingMeta};
 use hindsight_schemas::{all_tables, derived, layout, Table, SCHEMA_VERSION};
@@ -117,12 +124,35 @@ impl Recording {
             return Err(RecordingError::NoSuchDir(dir.to_path_buf()));
         }
         let meta = read_meta(dir)?;
-        let tables = all_tables()
-            .map(|table| {
-                let earlier = earlier.and_then(|e| e.table(table.name));
-                read_table(dir, table, earlier)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let listed = IN_BUCKET
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(dir)
+            .cloned();
+        let tables = match listed {
+            Some(chunks) => all_tables()
+                .map(|table| {
+                    let table_dir = dir.join(table.name);
+                    let mut chunks: Vec<Chunk> = chunks
+                        .iter()
+                        .filter(|c| c.path.parent() == Some(table_dir.as_path()))
+                        .cloned()
+                        .collect();
+                    chunks.sort_by(|a, b| a.path.cmp(&b.path));
+                    TableFiles {
+                        table,
+                        dir: table_dir,
+                        chunks,
+                    }
+                })
+                .collect(),
+            None => all_tables()
+                .map(|table| {
+                    let earlier = earlier.and_then(|e| e.table(table.name));
+                    read_table(dir, table, earlier)
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
         Ok(Recording {
             dir: dir.to_path_buf(),
             meta,
@@ -158,16 +188,7 @@ impl Recording {
 
     /// Whether `table` has an open chunk's journal (a recorder is writing).
     pub fn journaled(&self, table: &str) -> bool {
-        let Some(files) = self.table(table) else {
-            return false;
-        };
-        fs::read_dir(&files.dir).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| layout::chunk_of_journal(n).is_some())
-            })
-        })
+        self.table(table).is_some_and(TableFiles::journaled)
     }
 
     /// Earliest and latest `ts` of any table, from footers only.
@@ -181,6 +202,17 @@ impl Recording {
 }
 
 impl TableFiles {
+    /// Whether the table has an open chunk's journal (a recorder is writing).
+    pub fn journaled(&self) -> bool {
+        fs::read_dir(&self.dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| layout::chunk_of_journal(n).is_some())
+            })
+        })
+    }
+
     pub fn rows(&self) -> u64 {
         self.chunks.iter().map(|c| c.rows).sum()
     }
@@ -189,6 +221,19 @@ impl TableFiles {
         self.chunks.iter().map(|c| c.bytes).sum()
     }
 }
+
+/// The chunks of the recording copied to `dir` that stayed in the bucket,
+/// by the path each would have in the copy: from then on this process
+/// opens `dir` with these chunks, whatever files the directory holds.
+pub fn list_in_bucket(dir: &Path, chunks: Vec<Chunk>) {
+    IN_BUCKET
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(dir.to_path_buf(), chunks);
+}
+
+/// What [`list_in_bucket`] was given, by copy.
+static IN_BUCKET: Mutex<BTreeMap<PathBuf, Vec<Chunk>>> = Mutex::new(BTreeMap::new());
 
 /// Opens every directory, stopping at the first that is not a readable
 /// recording.
@@ -285,7 +330,18 @@ pub fn read_chunk(path: &Path, table: &'static Table) -> Result<Chunk, Recording
         .len();
     let footer = hindsight_schemas::footer::read(&file)
         .map_err(|_| RecordingError::CorruptChunk(path.to_path_buf()))?;
-    let schema_version = check_tags(path, table, &footer)?;
+    chunk_of_footer(path, bytes, table, &footer)
+}
+
+/// A chunk of `table` at `path`, `bytes` long, from its footer, with its
+/// tags checked.
+pub fn chunk_of_footer(
+    path: &Path,
+    bytes: u64,
+    table: &'static Table,
+    footer: &ParquetMetaData,
+) -> Result<Chunk, RecordingError> {
+    let schema_version = check_tags(path, table, footer)?;
     let rows = u64::try_from(footer.file_metadata().num_rows()).unwrap_or(0);
     Ok(Chunk {
         path: path.to_path_buf(),
@@ -293,7 +349,7 @@ pub fn read_chunk(path: &Path, table: &'static Table) -> Result<Chunk, Recording
         rows,
         row_groups: footer.num_row_groups(),
         schema_version,
-        ts_range: ts_range(&footer),
+        ts_range: ts_range(footer),
     })
 }
 

@@ -21,6 +21,11 @@
 //! Its times are then made absolute against the whole recording, so it
 //! answers as it would over the whole directory.
 //!
+//! A command a Ballista cluster runs ([`Chunks::Listed`]) downloads only
+//! `recording.json`: the executors read the chunks from the bucket, and
+//! the copy opens with the chunks its footers describe (read the same way,
+//! and remembered beside the copy).
+//!
 //! Credentials, region and endpoint come from the standard AWS environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, `AWS_ALLOW_HTTP=true` for a local
@@ -316,12 +321,24 @@ pub fn url_of_copy(dir: &Path) -> Option<String> {
     (!rest.is_empty()).then(|| format!("s3://{}", rest.join("/")))
 }
 
+/// What a fetch brings of the chunks a command reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunks {
+    /// Into the cache, for a command that reads them here.
+    Downloaded,
+    /// Only their footers, for a command a cluster runs: its executors
+    /// read the chunks from the bucket (see [`crate::recording::list_in_bucket`]).
+    Listed,
+}
+
 /// What a fetch did, for the line on stderr.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Fetched {
     pub files: usize,
     pub bytes: u64,
     pub cached: usize,
+    /// Chunks left in the bucket for a cluster to read ([`Chunks::Listed`]).
+    pub listed: usize,
     /// Chunks outside the command's window, left in the bucket.
     pub skipped: usize,
     /// Footers read from the bucket to find the window's chunks.
@@ -335,8 +352,13 @@ pub struct Fetched {
 /// The local copies of the recordings under `url`: one directory when the
 /// prefix is a recording, one per host (sorted) when it holds several.
 /// Downloads what the cache lacks of what a command reading `span` needs
-/// (everything when `span` is `None`); see the module doc and [`window`].
-pub async fn fetch(url: &str, span: Option<&Span>) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
+/// (everything when `span` is `None`), its chunks only if `chunks` says
+/// so; see the module doc and [`window`].
+pub async fn fetch(
+    url: &str,
+    span: Option<&Span>,
+    chunks: Chunks,
+) -> Result<(Vec<PathBuf>, Fetched), RemoteError> {
     let location = Location::parse(url)?;
     let store = location.store()?;
     let objects = list(store.as_ref(), &location).await?;
@@ -387,7 +409,7 @@ pub async fn fetch(url: &str, span: Option<&Span>) -> Result<(Vec<PathBuf>, Fetc
         Some(span) => window::select(&store, &location, &roots, &wanted, &dirs, span).await?,
         None => None,
     };
-    let keep: Vec<Vec<String>> = match selection {
+    let mut keep: Vec<Vec<String>> = match selection {
         Some(selection) => {
             fetched.skipped = selection.skipped;
             fetched.footers = selection.footers_read;
@@ -396,6 +418,19 @@ pub async fn fetch(url: &str, span: Option<&Span>) -> Result<(Vec<PathBuf>, Fetc
         }
         None => wanted.iter().map(|w| w.keys().cloned().collect()).collect(),
     };
+    if chunks == Chunks::Listed {
+        let (listed, footers) =
+            window::footers(&store, &location, &roots, &wanted, &dirs, &keep).await?;
+        fetched.footers += footers;
+        for (dir, chunks) in dirs.iter().zip(listed) {
+            fetched.listed += chunks.len();
+            crate::recording::list_in_bucket(dir, chunks);
+        }
+        // Only the recordings' descriptions come down.
+        for files in &mut keep {
+            files.retain(|relative| !relative.contains('/'));
+        }
+    }
     let mut jobs = Vec::new();
     for (((root, dir), files), keep) in roots.iter().zip(&dirs).zip(&wanted).zip(keep) {
         for relative in keep {

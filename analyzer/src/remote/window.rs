@@ -1,7 +1,9 @@
 //! Which chunks of a bucket's recordings a command with a time window
 //! needs, decided before anything is downloaded: by the chunks' names, and
 //! where the names cannot decide, by the `ts` statistics in their footers
-//! (one ranged GET each, remembered beside the cached copy).
+//! (one ranged GET each, remembered beside the cached copy). And, for a
+//! cluster, the footers of the chunks it reads ([`footers`]), so the
+//! client opens the recording without downloading them.
 //!
 //! Every table of a recording rotates at once and names its chunk by the
 //! wall-clock time it opened (`layout::chunk_file_name`), so the chunks of
@@ -35,10 +37,11 @@ use hindsight_schemas::tables::{SCHED_SWITCH, SCHED_WAKEUP};
 use hindsight_schemas::when::When;
 use hindsight_schemas::{derived, layout, Table};
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::file::metadata::FooterTail;
+use parquet::file::metadata::{FooterTail, ParquetMetaData};
 use parquet::file::FOOTER_SIZE;
 
-use super::{Location, RemoteError};
+use super::{Location, RemoteError, SCHEME};
+use crate::recording::{self, RecordingError};
 
 /// How far a raw row's `ts` may lie outside its group's stretch of names:
 /// events decoded just after a rotation belong to the new chunk, and the
@@ -55,9 +58,10 @@ const FOOTER_GUESS: u64 = 64 << 10;
 /// Footer reads in flight at once.
 const FOOTERS_IN_FLIGHT: usize = 16;
 
-/// Where the `ts` ranges of a cached recording's chunks are remembered,
-/// in its cache directory: `TABLE/NAME SIZE MIN MAX` a line (`-` for none).
-const RANGES_FILE: &str = ".chunk-ts-ranges";
+/// Where what the footers of a cached recording's chunks said is
+/// remembered, in its cache directory: `TABLE/NAME SIZE MIN MAX ROWS
+/// ROW_GROUPS SCHEMA_VERSION` a line (`-` for no `ts` range).
+const FOOTERS_FILE: &str = ".chunk-footers";
 
 /// The time a command reads, as given on its command line.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +104,7 @@ struct Chunk {
     relative: String,
     key: object_store::path::Path,
     size: u64,
+    table: &'static Table,
     derived: bool,
 }
 
@@ -128,23 +133,21 @@ impl Group {
     }
 }
 
-/// What a chunk's footer said of its `ts`: `Some(None)` for no rows or no
-/// `ts`, `None` when it could not be read (then the chunk is kept, and
-/// opening the copy names what is wrong with it). Absent while unread.
-type Known = HashMap<usize, Option<Option<(i64, i64)>>>;
-
-/// A chunk's size and `ts` range, as a ranges file remembers them.
-type Remembered = (u64, Option<(i64, i64)>);
+/// What a chunk's footer said (its rows and `ts` range, in the copy's
+/// path), or why it is not a chunk this build reads: then a window keeps
+/// it, and opening the copy names what is wrong. Absent while unread.
+type Known = HashMap<usize, Result<recording::Chunk, RecordingError>>;
 
 struct Selector<'a> {
     store: &'a Arc<dyn ObjectStore>,
     url: &'a str,
+    bucket: &'a str,
     dirs: &'a [PathBuf],
     chunks: Vec<Chunk>,
     groups: Vec<Group>,
     known: Known,
-    /// What the ranges files held, by (root, relative): (size, range).
-    remembered: HashMap<(usize, String), Remembered>,
+    /// What the footers files held, by (root, relative).
+    remembered: HashMap<(usize, String), recording::Chunk>,
     footers_read: usize,
 }
 
@@ -219,6 +222,50 @@ pub async fn select(
     Ok(Some(selection))
 }
 
+/// The chunks of `keep` (per recording root, as [`Selection::keep`] gives
+/// them; other files are skipped) as a copy in `dirs` would open them,
+/// from their footers: remembered, in the copy, or read from the bucket.
+/// Also how many footers were read from the bucket. A chunk whose footer
+/// is not one this build reads is an error naming its object.
+pub async fn footers(
+    store: &Arc<dyn ObjectStore>,
+    location: &Location,
+    roots: &[String],
+    wanted: &[BTreeMap<String, u64>],
+    dirs: &[PathBuf],
+    keep: &[Vec<String>],
+) -> Result<(Vec<Vec<recording::Chunk>>, usize), RemoteError> {
+    let mut selector = Selector::new(store, location, roots, wanted, dirs);
+    let keep: Vec<HashSet<&str>> = keep
+        .iter()
+        .map(|files| files.iter().map(String::as_str).collect())
+        .collect();
+    let kept: Vec<usize> = (0..selector.chunks.len())
+        .filter(|&c| {
+            let chunk = &selector.chunks[c];
+            keep[chunk.root].contains(chunk.relative.as_str())
+        })
+        .collect();
+    selector.learn(&kept).await?;
+    selector.remember();
+    let mut chunks = vec![Vec::new(); dirs.len()];
+    for c in kept {
+        let object = selector.object_url(c);
+        match selector.known.remove(&c) {
+            Some(Ok(chunk)) => chunks[selector.chunks[c].root].push(chunk),
+            Some(Err(e)) => {
+                let reason = e.to_string();
+                let reason = reason
+                    .strip_prefix(&format!("{object}: "))
+                    .unwrap_or(&reason);
+                return Err(RemoteError::bad(&object, reason));
+            }
+            None => return Err(RemoteError::bad(&object, "its footer was not read")),
+        }
+    }
+    Ok((chunks, selector.footers_read))
+}
+
 /// Whether every `sched_switch` chunk in a listing has its derived chunks.
 fn indexed(files: &BTreeMap<String, u64>) -> bool {
     let names = |table: &str| -> Vec<&str> {
@@ -253,13 +300,18 @@ impl<'a> Selector<'a> {
                 } else {
                     format!("{}/{relative}", roots[root])
                 };
+                // A listing holds only tables this build knows.
+                let Some(table) = hindsight_schemas::all_tables().find(|t| t.name == table) else {
+                    continue;
+                };
                 by_name.entry((root, name)).or_default().push(chunks.len());
                 chunks.push(Chunk {
                     root,
                     relative: relative.clone(),
                     key: location.key(&key),
                     size: *size,
-                    derived: derived::DERIVED_TABLES.iter().any(|t| t.name == table),
+                    table,
+                    derived: derived::DERIVED_TABLES.iter().any(|t| t.name == table.name),
                 });
             }
         }
@@ -280,7 +332,7 @@ impl<'a> Selector<'a> {
             .iter()
             .enumerate()
             .flat_map(|(root, dir)| {
-                read_ranges(dir)
+                read_footers(dir)
                     .into_iter()
                     .map(move |(k, v)| ((root, k), v))
             })
@@ -288,6 +340,7 @@ impl<'a> Selector<'a> {
         Selector {
             store,
             url: &location.url,
+            bucket: &location.bucket,
             dirs,
             chunks,
             groups,
@@ -344,7 +397,10 @@ impl<'a> Selector<'a> {
         self.learn(&members).await?;
         Ok(members
             .iter()
-            .map(|c| self.known.get(c).copied().flatten().flatten())
+            .map(|c| match self.known.get(c) {
+                Some(Ok(chunk)) => chunk.ts_range,
+                _ => None,
+            })
             .collect())
     }
 
@@ -397,8 +453,7 @@ impl<'a> Selector<'a> {
         self.learn(&all).await?;
         for (g, candidates) in undecided {
             let hit = candidates.iter().any(|c| match self.known.get(c) {
-                Some(Some(Some(range))) => overlaps(*range),
-                Some(Some(None)) => false,
+                Some(Ok(chunk)) => chunk.ts_range.is_some_and(overlaps),
                 _ => true,
             });
             if hit {
@@ -424,18 +479,15 @@ impl<'a> Selector<'a> {
             let remembered = self
                 .remembered
                 .get(&(chunk.root, chunk.relative.clone()))
-                .filter(|(size, _)| *size == chunk.size);
-            if let Some((_, range)) = remembered {
-                self.known.insert(c, Some(*range));
+                .filter(|known| known.bytes == chunk.size);
+            if let Some(known) = remembered {
+                self.known.insert(c, Ok(known.clone()));
                 continue;
             }
             let local = self.dirs[chunk.root].join(&chunk.relative);
             if std::fs::metadata(&local).is_ok_and(|m| m.len() == chunk.size) {
-                let read = std::fs::File::open(&local)
-                    .ok()
-                    .and_then(|f| hindsight_schemas::footer::read(&f).ok())
-                    .map(|footer| crate::recording::ts_range(&footer));
-                self.known.insert(c, read);
+                self.known
+                    .insert(c, recording::read_chunk(&local, chunk.table));
                 continue;
             }
             remote.push(c);
@@ -444,92 +496,122 @@ impl<'a> Selector<'a> {
         let mut reads = futures::stream::iter(remote.into_iter().map(|c| {
             let store = Arc::clone(self.store);
             let (key, size) = (self.chunks[c].key.clone(), self.chunks[c].size);
-            async move { (c, remote_ts_range(store.as_ref(), &key, size, url).await) }
+            async move { (c, remote_footer(store.as_ref(), &key, size, url).await) }
         }))
         .buffer_unordered(FOOTERS_IN_FLIGHT);
         while let Some((c, read)) = reads.next().await {
             self.footers_read += 1;
-            self.known.insert(c, read?);
+            let chunk = &self.chunks[c];
+            // Errors name the object in the bucket; the chunk, its place in the copy.
+            let object = PathBuf::from(self.object_url(c));
+            let known = match read? {
+                Some(footer) => {
+                    recording::chunk_of_footer(&object, chunk.size, chunk.table, &footer).map(
+                        |mut known| {
+                            known.path = self.dirs[chunk.root].join(&chunk.relative);
+                            known
+                        },
+                    )
+                }
+                None => Err(RecordingError::CorruptChunk(object)),
+            };
+            self.known.insert(c, known);
         }
         Ok(())
     }
 
+    /// The `s3://` URL of chunk `c`.
+    fn object_url(&self, c: usize) -> String {
+        format!("{SCHEME}{}/{}", self.bucket, self.chunks[c].key)
+    }
+
     /// Writes what is known of the chunks the bucket holds to each cache
-    /// directory's ranges file, so the next query reads no footer twice.
+    /// directory's footers file, so the next query reads no footer twice.
     /// Best effort: a cache that cannot be written costs the next query
     /// the same reads again.
     fn remember(&self) {
         for (root, dir) in self.dirs.iter().enumerate() {
-            let mut lines = String::new();
-            let mut ranges: BTreeMap<&str, Remembered> = BTreeMap::new();
+            let mut known: BTreeMap<&str, &recording::Chunk> = BTreeMap::new();
             for (c, chunk) in self.chunks.iter().enumerate() {
                 if chunk.root != root {
                     continue;
                 }
-                let known = match self.known.get(&c) {
-                    Some(Some(range)) => Some(*range),
+                let footer = match self.known.get(&c) {
+                    Some(Ok(footer)) => Some(footer),
                     _ => self
                         .remembered
                         .get(&(root, chunk.relative.clone()))
-                        .filter(|(size, _)| *size == chunk.size)
-                        .map(|(_, range)| *range),
+                        .filter(|footer| footer.bytes == chunk.size),
                 };
-                if let Some(range) = known {
-                    ranges.insert(&chunk.relative, (chunk.size, range));
+                if let Some(footer) = footer {
+                    known.insert(&chunk.relative, footer);
                 }
             }
-            if ranges.is_empty() {
+            if known.is_empty() {
                 continue;
             }
-            for (relative, (size, range)) in ranges {
-                let (min, max) = match range {
+            let mut lines = String::new();
+            for (relative, chunk) in known {
+                let (min, max) = match chunk.ts_range {
                     Some((a, b)) => (a.to_string(), b.to_string()),
                     None => ("-".into(), "-".into()),
                 };
-                lines.push_str(&format!("{relative} {size} {min} {max}\n"));
+                lines.push_str(&format!(
+                    "{relative} {} {min} {max} {} {} {}\n",
+                    chunk.bytes, chunk.rows, chunk.row_groups, chunk.schema_version
+                ));
             }
             let _ = std::fs::create_dir_all(dir);
             let temp = dir.join(format!(
-                "{RANGES_FILE}.{}{}",
+                "{FOOTERS_FILE}.{}{}",
                 std::process::id(),
                 layout::TEMP_SUFFIX
             ));
             if std::fs::write(&temp, lines).is_ok() {
-                let _ = std::fs::rename(&temp, dir.join(RANGES_FILE));
+                let _ = std::fs::rename(&temp, dir.join(FOOTERS_FILE));
             }
         }
     }
 }
 
-/// The ranges file of a cache directory; empty when there is none or it
-/// cannot be read (then footers are read again).
-fn read_ranges(dir: &Path) -> HashMap<String, Remembered> {
-    let Ok(text) = std::fs::read_to_string(dir.join(RANGES_FILE)) else {
+/// The footers file of a cache directory, each chunk at its path in the
+/// copy; empty when there is none or it cannot be read (then footers are
+/// read again).
+fn read_footers(dir: &Path) -> HashMap<String, recording::Chunk> {
+    let Ok(text) = std::fs::read_to_string(dir.join(FOOTERS_FILE)) else {
         return HashMap::new();
     };
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
             let relative = fields.next()?.to_owned();
-            let size = fields.next()?.parse().ok()?;
-            let range = match (fields.next()?, fields.next()?) {
+            let bytes = fields.next()?.parse().ok()?;
+            let ts_range = match (fields.next()?, fields.next()?) {
                 ("-", "-") => None,
                 (a, b) => Some((a.parse().ok()?, b.parse().ok()?)),
             };
-            Some((relative, (size, range)))
+            let chunk = recording::Chunk {
+                path: dir.join(&relative),
+                bytes,
+                rows: fields.next()?.parse().ok()?,
+                row_groups: fields.next()?.parse().ok()?,
+                schema_version: fields.next()?.parse().ok()?,
+                ts_range,
+            };
+            Some((relative, chunk))
         })
         .collect()
 }
 
-/// The `ts` range in the footer of the object `key` of `size` bytes, with
-/// one ranged GET (two for a footer over [`FOOTER_GUESS`]); `Ok(None)` when
-/// it is not a readable Parquet footer.
-async fn remote_ts_range(
+/// The footer of the object `key` of `size` bytes, with one ranged GET
+/// (two for a footer over [`FOOTER_GUESS`]); `Ok(None)` when it is not a
+/// readable Parquet footer.
+async fn remote_footer(
     store: &dyn ObjectStore,
     key: &object_store::path::Path,
     size: u64,
     url: &str,
-) -> Result<Option<Option<(i64, i64)>>, RemoteError> {
+) -> Result<Option<ParquetMetaData>, RemoteError> {
     if size < FOOTER_SIZE as u64 {
         return Ok(None);
     }
@@ -552,9 +634,7 @@ async fn remote_ts_range(
     }
     let start = tail.len() - needed as usize;
     let metadata = &tail[start..tail.len() - FOOTER_SIZE];
-    Ok(hindsight_schemas::footer::decode(metadata)
-        .ok()
-        .map(|footer| crate::recording::ts_range(&footer)))
+    Ok(hindsight_schemas::footer::decode(metadata).ok())
 }
 
 #[cfg(test)]
@@ -565,7 +645,8 @@ mod tests {
         files.iter().map(|f| (f.to_string(), 1)).collect()
     }
 
-    /// A chunk holding one event a second from `start_ns` for `seconds`.
+    /// A chunk holding one event a second from `start_ns` for `seconds`,
+    /// tagged as hindsight tags its chunks.
     fn chunk_bytes(start_ns: i64, seconds: i64) -> Vec<u8> {
         use arrow::{array::Int64Array, datatypes::*, record_batch::RecordBatch};
         let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, false)]));
@@ -573,6 +654,10 @@ mod tests {
         let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(ts)]).unwrap();
         let mut bytes = Vec::new();
         let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+        writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
+            layout::key::SCHEMA_VERSION.to_owned(),
+            hindsight_schemas::SCHEMA_VERSION.to_string(),
+        ));
         writer.write(&batch).unwrap();
         writer.close().unwrap();
         bytes
@@ -639,6 +724,60 @@ mod tests {
         assert!(relative > absolute, "{relative}");
     }
 
+    #[tokio::test]
+    async fn a_clusters_listing_reads_each_footer_once_and_names_a_bad_object() {
+        let second = 1_000_000_000i64;
+        let t0 = 1_800_000_000 * second;
+        let location = Location::parse("s3://b/host").unwrap();
+        let memory = object_store::memory::InMemory::new();
+        let mut files = BTreeMap::new();
+        for i in 0..2 {
+            let start = t0 + i * 600 * second;
+            let relative = format!("sched_switch/{}", layout::chunk_file_name(start, i as u64));
+            let bytes = chunk_bytes(start, 600);
+            files.insert(relative.clone(), bytes.len() as u64);
+            memory
+                .put(&location.key(&relative), bytes.into())
+                .await
+                .unwrap();
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(memory);
+        let cache = tempfile::tempdir().unwrap();
+        let dirs = [cache.path().join("host")];
+        let list = |files: &BTreeMap<String, u64>| {
+            let (store, location, dirs) = (&store, &location, &dirs);
+            let (wanted, keep) = ([files.clone()], [files.keys().cloned().collect()]);
+            async move { footers(store, location, &[String::new()], &wanted, dirs, &keep).await }
+        };
+        let (listed, read) = list(&files).await.unwrap();
+        assert_eq!(read, 2);
+        let first = &listed[0][0];
+        assert_eq!(first.path, dirs[0].join(files.keys().next().unwrap()));
+        assert_eq!((first.rows, first.row_groups), (600, 1));
+        assert_eq!(first.ts_range, Some((t0, t0 + 599 * second)));
+        // Remembered in the copy: no footer is read twice.
+        let (again, read) = list(&files).await.unwrap();
+        assert_eq!(read, 0);
+        assert_eq!(again[0][1].ts_range, listed[0][1].ts_range);
+        assert_eq!(again[0][1].bytes, listed[0][1].bytes);
+
+        let bad = format!(
+            "sched_switch/{}",
+            layout::chunk_file_name(t0 + 1200 * second, 2)
+        );
+        store
+            .put(&location.key(&bad), b"not a parquet file".to_vec().into())
+            .await
+            .unwrap();
+        files.insert(bad.clone(), 18);
+        let err = list(&files).await.unwrap_err();
+        assert!(err.bad_input);
+        assert_eq!(
+            err.to_string(),
+            format!("s3://b/host/{bad}: not a Parquet file (truncated or corrupt)")
+        );
+    }
+
     #[test]
     fn only_a_listing_with_every_derived_chunk_is_indexed() {
         let name = "20261204T111456.343Z-000000.parquet";
@@ -665,6 +804,7 @@ mod tests {
             relative: String::new(),
             key: "k".into(),
             size: 1,
+            table: &SCHED_SWITCH,
             derived,
         };
         assert_eq!(

@@ -213,10 +213,30 @@ impl Drop for Cluster {
 
 /// `hindsight ARGS` against `server`, with a cache of the test's own.
 fn hindsight(server: &S3Server, cache: &Path, args: &[&str]) -> Output {
-    run(Command::new(bin("hindsight"))
-        .args(args)
-        .envs(server.env())
-        .env("HINDSIGHT_CACHE_DIR", cache))
+    run(with_server(
+        Command::new(bin("hindsight")).args(args),
+        server,
+        cache,
+    ))
+}
+
+/// `hindsight ARGS` on `cluster`, killed after 300 s: a job Ballista loses
+/// never ends, and the test should fail rather than hang.
+fn hindsight_on(cluster: &Cluster, server: &S3Server, cache: &Path, args: &[&str]) -> Output {
+    run(with_server(
+        Command::new("timeout")
+            .arg("300")
+            .arg(bin("hindsight"))
+            .args(cluster.args())
+            .args(args),
+        server,
+        cache,
+    ))
+}
+
+/// `command` with `server`'s credentials and `cache` for its copies.
+fn with_server<'c>(command: &'c mut Command, server: &S3Server, cache: &Path) -> &'c mut Command {
+    command.envs(server.env()).env("HINDSIGHT_CACHE_DIR", cache)
 }
 
 fn stdout_of(out: Output, what: &str) -> String {
@@ -265,9 +285,11 @@ fn keys_below(server: &S3Server, bucket: &str, prefix: &str) -> Vec<(String, u64
 
 /// Two hosts' recordings pushed to one bucket (one of them by `push
 /// --follow` while it was being written) read back through `s3://` exactly
-/// as the two directories read: `sql`, `info` and the atop, runqlat and
-/// timeline reports. A push interrupted before some files went up sends
-/// just those the next time; `--delete` mirrors retention.
+/// as the two directories read: `sql`, `info`, `top`, the on-CPU flame
+/// graph and the atop, faults, NUMA, cachetop, runqlat and timeline
+/// reports, here and on a Ballista cluster, whose client downloads no
+/// chunk. A push interrupted before some files went up sends just those
+/// the next time; `--delete` mirrors retention.
 #[test]
 fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
     let _machine = shared();
@@ -365,7 +387,10 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
 
     // Reading the bucket equals reading the directories, here and on a
     // cluster, whether its executors read the bucket or the directories.
+    // The cluster's client has a cache of its own, to show it downloads
+    // no chunk: the executors read them.
     let cluster = Cluster::start(&server, &scratch.dir.path().join("cluster"));
+    let client_cache = scratch.dir.path().join("client-cache");
     let local: Vec<&str> = vec![host_a.to_str().unwrap(), host_b.to_str().unwrap()];
     let compare = |args: &[&str]| {
         let mut over_dirs: Vec<&str> = args.to_vec();
@@ -382,21 +407,14 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         assert_eq!(got, expected, "{args:?}");
         for over in [&over_bucket, &over_dirs] {
             let jobs = cluster.jobs_completed();
-            let on_cluster = [cluster.args(), over.to_vec()].concat();
-            // A job Ballista loses never ends: fail rather than hang.
             let got = stdout_of(
-                run(Command::new("timeout")
-                    .arg("300")
-                    .arg(bin("hindsight"))
-                    .args(&on_cluster)
-                    .envs(server.env())
-                    .env("HINDSIGHT_CACHE_DIR", &cache)),
+                hindsight_on(&cluster, &server, &client_cache, over),
                 "on the cluster",
             );
-            assert_eq!(got, expected, "{on_cluster:?}");
+            assert_eq!(got, expected, "{over:?} on the cluster");
             assert!(
                 cluster.jobs_completed() > jobs,
-                "{on_cluster:?} ran no job there"
+                "{over:?} ran no job on the cluster"
             );
         }
         expected
@@ -443,6 +461,19 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         "--format",
         "csv",
     ]);
+    for report in ["faults", "cachetop"] {
+        compare(&[
+            "report",
+            report,
+            "REC",
+            "--interval",
+            "1s",
+            "--format",
+            "csv",
+        ]);
+    }
+    compare(&["top", "REC", "--at", "+2s"]);
+    compare(&["flamegraph", "REC", "--on-cpu"]);
     // A window relative to the two hosts' first and last events together,
     // resolved from the footers near each end before anything is fetched.
     compare(&[
@@ -496,6 +527,13 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         shipped_files(&server.cached(&cache, "fleet/hosts/hostB")),
         after_b
     );
+    // For the cluster, the client read the chunks' footers with ranged
+    // GETs and downloaded only each host's recording.json.
+    for host in ["hostA", "hostB"] {
+        let copy = server.cached(&client_cache, &format!("fleet/hosts/{host}"));
+        let files: Vec<String> = shipped_files(&copy).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(files, ["recording.json"], "{}", copy.display());
+    }
 }
 
 /// A bucket that does not exist, a key the service refuses, no key at
