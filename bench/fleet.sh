@@ -19,7 +19,10 @@
 #   cluster      for N = 1 2 4 8, the same count and runqlat over s3:// (cache
 #                warm) with --cluster, on a local Ballista cluster
 #                (scripts/cluster --release) of 1 and of 2 executors, beside the
-#                same without --cluster; the same answer both ways
+#                same without --cluster; the same answer both ways. The
+#                cluster's client has a cache of its own: first the count
+#                with it empty (client cold: lists, reads footers), and the
+#                bytes it then holds; the rounds then find the footers there
 #   window       REC as recorded (raw) and indexed, each in its own prefix;
 #                questions about the last WINDOW (default -2m) with an empty
 #                cache: the bytes they download against the whole prefix's,
@@ -113,6 +116,8 @@ if want cluster; then
       "$bin/hindsight" push "$rec" "$url/h$i" >/dev/null
     done
     "$bin/hindsight" sql "$url" 'SELECT 1' >/dev/null # fills the cache
+    client=$work/client-cache
+    rm -rf "$client"
     for question in count runqlat; do
       case $question in
         count) args=(sql) tail=('SELECT count(*) FROM sched_switch' --format csv) ;;
@@ -123,14 +128,20 @@ if want cluster; then
       for executors in 1 2; do
         "$repo/scripts/cluster" up --release --executors "$executors" --port "$port_cluster" \
           --dir "$work/cluster" >/dev/null
+        on_cluster=(env HINDSIGHT_CACHE_DIR="$client" "$bin/hindsight" --cluster "df://127.0.0.1:$port_cluster")
+        if [[ ! -d $client ]]; then
+          cold=$(seconds "${on_cluster[@]}" "${args[@]}" "$url" "${tail[@]}")
+          held=$(find "$client" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+          held_chunks=$(find "$client" -name '*.parquet' | wc -l)
+          echo "N=$n client cold $cold s, then holds $held bytes ($held_chunks chunk files)"
+        fi
         : >"$work/cluster.t"
         for _ in $(seq "$rounds"); do
           [[ $executors == 1 ]] && seconds "$bin/hindsight" "${args[@]}" "$url" "${tail[@]}" >>"$work/here.t"
-          seconds "$bin/hindsight" --cluster "df://127.0.0.1:$port_cluster" "${args[@]}" "$url" \
-            "${tail[@]}" >>"$work/cluster.t"
+          seconds "${on_cluster[@]}" "${args[@]}" "$url" "${tail[@]}" >>"$work/cluster.t"
         done
         diff <("$bin/hindsight" "${args[@]}" "$url" "${tail[@]}") \
-          <("$bin/hindsight" --cluster "df://127.0.0.1:$port_cluster" "${args[@]}" "$url" "${tail[@]}") \
+          <("${on_cluster[@]}" "${args[@]}" "$url" "${tail[@]}") \
           >/dev/null || { echo "N=$n $question: the cluster's answer differs" >&2; exit 1; }
         "$repo/scripts/cluster" down --dir "$work/cluster"
         line+=$(printf '   cluster of %s %6.2f s' "$executors" "$(median <"$work/cluster.t")")

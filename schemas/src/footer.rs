@@ -38,7 +38,8 @@ pub fn read(file: &File) -> Result<ParquetMetaData, ParquetError> {
     decode(&metadata)
 }
 
-/// The footer of a whole Parquet file held in memory.
+/// The footer of a Parquet file held in memory: the whole file, or any
+/// end of it that holds the footer.
 pub fn parse(file: &[u8]) -> Result<ParquetMetaData, ParquetError> {
     let size = file.len();
     let tail = file.get(size.checked_sub(TAIL).ok_or_else(too_short)?..);

@@ -626,15 +626,10 @@ async fn remote_footer(
         return Ok(None);
     };
     let needed = (footer_tail.metadata_length() + FOOTER_SIZE) as u64;
-    if needed > size {
-        return Ok(None);
-    }
-    if needed > tail.len() as u64 {
+    if needed > tail.len() as u64 && needed <= size {
         tail = get(size - needed).await?;
     }
-    let start = tail.len() - needed as usize;
-    let metadata = &tail[start..tail.len() - FOOTER_SIZE];
-    Ok(hindsight_schemas::footer::decode(metadata).ok())
+    Ok(hindsight_schemas::footer::parse(&tail).ok())
 }
 
 #[cfg(test)]
@@ -663,17 +658,17 @@ mod tests {
         bytes
     }
 
-    #[tokio::test]
-    async fn absolute_times_read_no_footer_for_the_recordings_ends() {
-        // Four 10-minute chunks; a second in the third.
-        let minute = 60 * 1_000_000_000i64;
-        let t0 = hindsight_schemas::when::When::parse("2026-12-04T00:00:00Z").unwrap();
-        let When::Absolute(t0) = t0 else { panic!() };
+    /// A bucket holding `s3://b/host`: `chunks` 10-minute `sched_switch`
+    /// chunks from `t0` (see [`chunk_bytes`]), and its listing.
+    async fn bucket(
+        t0: i64,
+        chunks: i64,
+    ) -> (Location, Arc<dyn ObjectStore>, BTreeMap<String, u64>) {
         let location = Location::parse("s3://b/host").unwrap();
         let memory = object_store::memory::InMemory::new();
         let mut files = BTreeMap::new();
-        for i in 0..4 {
-            let start = t0 + i * 10 * minute;
+        for i in 0..chunks {
+            let start = t0 + i * 600 * 1_000_000_000;
             let relative = format!("sched_switch/{}", layout::chunk_file_name(start, i as u64));
             let bytes = chunk_bytes(start, 600);
             files.insert(relative.clone(), bytes.len() as u64);
@@ -682,7 +677,16 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let store: Arc<dyn ObjectStore> = Arc::new(memory);
+        (location, Arc::new(memory), files)
+    }
+
+    #[tokio::test]
+    async fn absolute_times_read_no_footer_for_the_recordings_ends() {
+        // Four 10-minute chunks; a second in the third.
+        let minute = 60 * 1_000_000_000i64;
+        let t0 = hindsight_schemas::when::When::parse("2026-12-04T00:00:00Z").unwrap();
+        let When::Absolute(t0) = t0 else { panic!() };
+        let (location, store, files) = bucket(t0, 4).await;
         let cache = tempfile::tempdir().unwrap();
         let footers_read = |from: When, to: When| {
             let (store, location, files) = (&store, &location, &files);
@@ -728,20 +732,7 @@ mod tests {
     async fn a_clusters_listing_reads_each_footer_once_and_names_a_bad_object() {
         let second = 1_000_000_000i64;
         let t0 = 1_800_000_000 * second;
-        let location = Location::parse("s3://b/host").unwrap();
-        let memory = object_store::memory::InMemory::new();
-        let mut files = BTreeMap::new();
-        for i in 0..2 {
-            let start = t0 + i * 600 * second;
-            let relative = format!("sched_switch/{}", layout::chunk_file_name(start, i as u64));
-            let bytes = chunk_bytes(start, 600);
-            files.insert(relative.clone(), bytes.len() as u64);
-            memory
-                .put(&location.key(&relative), bytes.into())
-                .await
-                .unwrap();
-        }
-        let store: Arc<dyn ObjectStore> = Arc::new(memory);
+        let (location, store, mut files) = bucket(t0, 2).await;
         let cache = tempfile::tempdir().unwrap();
         let dirs = [cache.path().join("host")];
         let list = |files: &BTreeMap<String, u64>| {
