@@ -30,18 +30,19 @@ use crate::{
 /// Frames kept per user stack (`HS_STACK_DEPTH`).
 const MAX_FRAMES: usize = 64;
 /// Bytes of unwind sections kept for all modules; past this the modules
-/// start over (and so do the processes' unwinders, which share them).
+/// start over (and so do the processes' unwinders, which share them),
+/// before the next is read. A module whose sections alone are more is
+/// not read: its frames are walked by frame pointers, as `perf -g` does.
+/// Room for libLLVM's 8.6 MiB and librustc_driver's 6.8 MiB together (a
+/// Rust build); a debug build of a large Rust program carries 17 MiB, and
+/// reading one of those took a switch storm's recorder from 48 to 89 MiB,
+/// over its 64 MiB bound.
 const SECTIONS_BUDGET: usize = 16 << 20;
 
-/// Section bytes shared by every process that maps the module.
-#[derive(Clone)]
-pub struct Bytes(Arc<[u8]>);
-
-impl Default for Bytes {
-    fn default() -> Self {
-        Bytes(Arc::from(&[][..]))
-    }
-}
+/// Section bytes shared by every process that maps the module: the
+/// buffer they were read into, never copied.
+#[derive(Clone, Default)]
+pub struct Bytes(Arc<Vec<u8>>);
 
 impl Deref for Bytes {
     type Target = [u8];
@@ -60,19 +61,27 @@ struct ModuleSections {
 }
 
 impl ModuleSections {
-    fn read(path: &Path) -> Option<ModuleSections> {
+    /// The unwind sections of the module at `path`, once `make_room` has
+    /// agreed to their size in bytes.
+    fn read(path: &Path, make_room: impl FnOnce(usize) -> bool) -> Option<ModuleSections> {
         let file = File::open(path).ok()?;
         let sections = elf::sections(&file).ok()?;
         let find = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
         let range = |s: &elf::Section| s.address..s.address + s.size;
         let load = |s: &elf::Section| -> Option<(std::ops::Range<u64>, Bytes)> {
             let data = elf::section_data(&file, s).ok()?;
-            Some((range(s), Bytes(data.into())))
+            Some((range(s), Bytes(Arc::new(data))))
         };
+        let eh_frame = find(b".eh_frame")?;
+        let eh_frame_hdr = find(b".eh_frame_hdr");
+        let size = eh_frame.size + eh_frame_hdr.map_or(0, |h| h.size);
+        if !make_room(usize::try_from(size).ok()?) {
+            return None;
+        }
         Some(ModuleSections {
             segments: elf::load_segments(path)?,
-            eh_frame: load(find(b".eh_frame")?)?,
-            eh_frame_hdr: find(b".eh_frame_hdr").and_then(load),
+            eh_frame: load(eh_frame)?,
+            eh_frame_hdr: eh_frame_hdr.and_then(load),
             text: find(b".text").map(range),
             got: find(b".got").map(range),
         })
@@ -137,6 +146,8 @@ impl StackCopy<'_> {
 pub struct Unwinders {
     modules: HashMap<String, Option<Arc<ModuleSections>>>,
     module_bytes: usize,
+    /// At most this many bytes in `modules` ([`SECTIONS_BUDGET`]).
+    budget: usize,
     /// Bumped when the modules start over: unwinders built before hold
     /// sections no longer counted, and are rebuilt.
     pub generation: u64,
@@ -148,6 +159,7 @@ impl Default for Unwinders {
         Unwinders {
             modules: HashMap::new(),
             module_bytes: 0,
+            budget: SECTIONS_BUDGET,
             generation: 0,
             cache: CacheX86_64::new(),
         }
@@ -159,13 +171,20 @@ impl Unwinders {
         if let Some(found) = self.modules.get(&key) {
             return found.clone();
         }
-        let read = ModuleSections::read(Path::new(open_path)).map(Arc::new);
-        if let Some(m) = &read {
-            if self.module_bytes + m.bytes() > SECTIONS_BUDGET {
+        let budget = self.budget;
+        let read = ModuleSections::read(Path::new(open_path), |size| {
+            if size > budget {
+                return false;
+            }
+            if self.module_bytes + size > budget {
                 self.modules.clear();
                 self.module_bytes = 0;
                 self.generation += 1;
             }
+            true
+        })
+        .map(Arc::new);
+        if let Some(m) = &read {
             self.module_bytes += m.bytes();
         }
         self.modules.insert(key, read.clone());
@@ -342,6 +361,32 @@ mod tests {
         let mut cut = Vec::new();
         assert!(!unwinders.unwind(&process, &maps, &short, &frames, &mut cut));
         assert!(cut.is_empty());
+    }
+
+    #[test]
+    fn a_module_over_the_budget_is_not_read_and_others_make_room_first() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap();
+        let size = Unwinders::default()
+            .sections(exe, "exe".into())
+            .expect("this test binary has .eh_frame")
+            .bytes();
+        let mut small = Unwinders {
+            budget: size - 1,
+            ..Unwinders::default()
+        };
+        assert!(small.sections(exe, "exe".into()).is_none());
+        assert_eq!(small.module_bytes, 0);
+        // Two modules that each fit but not together: the first goes
+        // before the second is read, so the budget is never passed.
+        let mut two = Unwinders {
+            budget: size + size / 2,
+            ..Unwinders::default()
+        };
+        assert!(two.sections(exe, "first".into()).is_some());
+        assert!(two.sections(exe, "second".into()).is_some());
+        assert_eq!((two.module_bytes, two.generation), (size, 1));
+        assert!(!two.modules.contains_key("first"));
     }
 
     #[test]
