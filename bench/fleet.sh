@@ -43,7 +43,8 @@ window=${WINDOW:--2m}
 want() { [[ $parts == *" $1 "* ]]; }
 rec=${1:?usage: bench/fleet.sh RECORDING}
 work=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
+# Below the ephemeral range (32768-), where a client's connection may hold a port.
+port=$((20000 + RANDOM % 10000))
 port_cluster=$((port + 100))
 python3 -m moto.server -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
 moto=$!
