@@ -288,7 +288,7 @@ fn keys_below(server: &S3Server, bucket: &str, prefix: &str) -> Vec<(String, u64
 /// as the two directories read: `sql`, `info`, `top`, the on-CPU flame
 /// graph and the atop, faults, NUMA, cachetop, runqlat and timeline
 /// reports, here and on a Ballista cluster, whose client downloads no
-/// chunk. A push interrupted before some files went up sends just those
+/// chunk; `report html` and `export perfetto` write the same bytes there. A push interrupted before some files went up sends just those
 /// the next time; `--delete` mirrors retention.
 #[test]
 fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
@@ -474,6 +474,28 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
     }
     compare(&["top", "REC", "--at", "+2s"]);
     compare(&["flamegraph", "REC", "--on-cpu"]);
+    // The commands that read one recording and write a file: the same
+    // bytes on the cluster as here.
+    for (command, file) in [
+        (&["report", "html"][..], "page.html"),
+        (&["export", "perfetto"][..], "trace.pftrace"),
+    ] {
+        let written = |on_cluster: bool| {
+            let out = scratch.dir.path().join(format!("{on_cluster}-{file}"));
+            let out_arg = out.to_str().unwrap();
+            let args = [command, &["s3://fleet/hosts/hostA", "-o", out_arg]].concat();
+            let ran = if on_cluster {
+                hindsight_on(&cluster, &server, &client_cache, &args)
+            } else {
+                hindsight(&server, &cache, &args)
+            };
+            stdout_of(ran, &format!("{args:?}"));
+            std::fs::read(&out).unwrap()
+        };
+        let here = written(false);
+        assert!(here.len() > 1000, "{file}: {} bytes", here.len());
+        assert!(here == written(true), "{file} differs on the cluster");
+    }
     // A window relative to the two hosts' first and last events together,
     // resolved from the footers near each end before anything is fetched.
     compare(&[
@@ -500,6 +522,19 @@ fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
         first.starts_with("recording  s3://fleet/hosts/hostA (copy in "),
         "{first}"
     );
+    // On a cluster the rows, bytes and times come from the footers read
+    // in the bucket; only the copy's directory differs.
+    let info_there = stdout_of(
+        hindsight_on(
+            &cluster,
+            &server,
+            &client_cache,
+            &["info", "s3://fleet/hosts/hostA"],
+        ),
+        "info on the cluster",
+    );
+    let below_first = |text: &str| text.lines().skip(1).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(below_first(&info_there), below_first(&info));
 
     // A second read downloads nothing; a chunk retention retired on the
     // host leaves the bucket with --delete, and then the cache.
