@@ -21,7 +21,7 @@
 //! of exited threads) counts as zero.
 
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use hindsight_schemas::time::rfc3339;
@@ -760,16 +760,37 @@ pub fn hint_index(recordings: &[Recording], env: &Env) {
     if switches < 1_000_000 {
         return;
     }
-    let dirs: Vec<String> = recordings
+    let unindexed: Vec<&Path> = recordings
         .iter()
         .filter(|r| !r.indexed())
-        .map(|r| r.dir.display().to_string())
+        .map(|r| r.dir.as_path())
         .collect();
     eprintln!(
-        "hindsight: {switches} switches not indexed: this report pairs them in the query; \
-         `hindsight index {}` pairs them once and makes it take seconds",
-        dirs.join(" ")
+        "{}",
+        index_hint(switches, &unindexed, catalog::cluster().is_some())
     );
+}
+
+/// What [`hint_index`] says: which recordings to index, named as the user
+/// gave them (a bucket's copy by its URL, not the cache's directory). On a
+/// cluster the executors read the bucket itself, where `index` writes
+/// nothing, so there is nothing to advise.
+fn index_hint(switches: u64, unindexed: &[&Path], cluster: bool) -> String {
+    let what =
+        format!("hindsight: {switches} switches not indexed: this report pairs them in the query");
+    if cluster {
+        return format!(
+            "{what} (a cluster reads the bucket, and an index is kept only in a local copy)"
+        );
+    }
+    let dirs: Vec<String> = unindexed
+        .iter()
+        .map(|dir| crate::remote::url_of_copy(dir).unwrap_or_else(|| dir.display().to_string()))
+        .collect();
+    format!(
+        "{what}; `hindsight index {}` pairs them once and makes it take seconds",
+        dirs.join(" ")
+    )
 }
 
 /// Runs report `kind` over `dirs` and prints it on stdout: the SQL first
@@ -858,6 +879,23 @@ mod tests {
             Ok(1_700_000_000_500_000_000)
         );
         assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn the_index_hint_names_a_buckets_copy_by_its_url_and_advises_no_index_on_a_cluster() {
+        let copy = crate::remote::cache_root().join("s3/fleet/hosts/hostA");
+        let local = Path::new("/srv/rec");
+        let hint = index_hint(2_000_000, &[local, &copy], false);
+        assert!(
+            hint.ends_with("`hindsight index /srv/rec s3://fleet/hosts/hostA` pairs them once and makes it take seconds"),
+            "{hint}"
+        );
+        let hint = index_hint(2_000_000, &[&copy], true);
+        assert!(
+            hint.starts_with("hindsight: 2000000 switches not indexed"),
+            "{hint}"
+        );
+        assert!(!hint.contains("hindsight index"), "{hint}");
     }
 
     #[test]
