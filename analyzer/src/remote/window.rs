@@ -250,17 +250,20 @@ pub async fn footers(
     selector.remember();
     let mut chunks = vec![Vec::new(); dirs.len()];
     for c in kept {
-        let object = selector.object_url(c);
         match selector.known.remove(&c) {
             Some(Ok(chunk)) => chunks[selector.chunks[c].root].push(chunk),
             Some(Err(e)) => {
+                let object = selector.object_url(c);
                 let reason = e.to_string();
                 let reason = reason
                     .strip_prefix(&format!("{object}: "))
                     .unwrap_or(&reason);
                 return Err(RemoteError::bad(&object, reason));
             }
-            None => return Err(RemoteError::bad(&object, "its footer was not read")),
+            None => {
+                let object = selector.object_url(c);
+                return Err(RemoteError::bad(&object, "its footer was not read"));
+            }
         }
     }
     Ok((chunks, selector.footers_read))
