@@ -409,15 +409,15 @@ async fn fetch_one_url(
     }
     let url = arg.to_string_lossy();
     let (dirs, fetched) = remote::fetch(&url, span, chunks).await?;
-    if io::IsTerminal::is_terminal(&io::stderr()) && chunks == remote::Chunks::Listed {
+    // What was fetched is for a person watching.
+    let watched = io::IsTerminal::is_terminal(&io::stderr());
+    if watched && chunks == remote::Chunks::Listed {
         eprintln!(
             "{url}: {} chunks left in the bucket for the cluster, {} outside the window \
              ({} footers read)",
             fetched.listed, fetched.skipped, fetched.footers
         );
-    } else if io::IsTerminal::is_terminal(&io::stderr())
-        && (fetched.files > 0 || fetched.skipped > 0)
-    {
+    } else if watched && (fetched.files > 0 || fetched.skipped > 0) {
         let skipped = if fetched.skipped > 0 {
             format!(
                 ", {} outside the window left there ({} footers read to tell)",
