@@ -745,8 +745,13 @@ impl Modules {
     /// is `build_id` when it has one.
     fn name(&mut self, path: &str, build_id: Option<&str>, offset: u64, row: &mut FrameRow) {
         let path = match build_id.and_then(|id| self.by_build_id.get(id)) {
-            // Open, and still there: a gone process's root is not.
-            Some(open) if self.open.contains(open) && Path::new(open).exists() => open.clone(),
+            // The frame's own path (nothing to check), or another that is
+            // open and still there: a gone process's root is not.
+            Some(open)
+                if open == path || (self.open.contains(open) && Path::new(open).exists()) =>
+            {
+                open.clone()
+            }
             _ => {
                 if let Some(id) = build_id {
                     if self.by_build_id.len() >= MAX_REMEMBERED_MODULES {
