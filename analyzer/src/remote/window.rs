@@ -250,21 +250,20 @@ pub async fn footers(
     selector.remember();
     let mut chunks = vec![Vec::new(); dirs.len()];
     for c in kept {
-        match selector.known.remove(&c) {
-            Some(Ok(chunk)) => chunks[selector.chunks[c].root].push(chunk),
-            Some(Err(e)) => {
-                let object = selector.object_url(c);
-                let reason = e.to_string();
-                let reason = reason
-                    .strip_prefix(&format!("{object}: "))
-                    .unwrap_or(&reason);
-                return Err(RemoteError::bad(&object, reason));
+        let reason = match selector.known.remove(&c) {
+            Some(Ok(chunk)) => {
+                chunks[selector.chunks[c].root].push(chunk);
+                continue;
             }
-            None => {
-                let object = selector.object_url(c);
-                return Err(RemoteError::bad(&object, "its footer was not read"));
-            }
-        }
+            Some(Err(e)) => e.to_string(),
+            None => "its footer was not read".to_owned(),
+        };
+        // The error names the object already: said once, in front.
+        let object = selector.object_url(c);
+        let reason = reason
+            .strip_prefix(&format!("{object}: "))
+            .unwrap_or(&reason);
+        return Err(RemoteError::bad(&object, reason));
     }
     Ok((chunks, selector.footers_read))
 }
