@@ -813,6 +813,7 @@ impl Modules {
 
     /// Lets go of every module when nothing is waiting to be named and the
     /// modules have been idle too long or hold too much.
+    ///
     /// The resident size is read at most every [`BUDGET_CHECK_INTERVAL`]:
     /// where processes come and go the queue runs dry between frames
     /// dozens of times a second, and those reads of `/proc/self/statm`

@@ -288,8 +288,9 @@ fn keys_below(server: &S3Server, bucket: &str, prefix: &str) -> Vec<(String, u64
 /// as the two directories read: `sql`, `info`, `top`, the on-CPU flame
 /// graph and the atop, faults, NUMA, cachetop, runqlat and timeline
 /// reports, here and on a Ballista cluster, whose client downloads no
-/// chunk; `report html` and `export perfetto` write the same bytes there. A push interrupted before some files went up sends just those
-/// the next time; `--delete` mirrors retention.
+/// chunk; `report html` and `export perfetto` write the same bytes there.
+/// A push interrupted before some files went up sends just those the next
+/// time; `--delete` mirrors retention.
 #[test]
 fn recordings_pushed_to_a_bucket_read_back_as_the_directories_do() {
     let _machine = shared();
