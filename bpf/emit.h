@@ -83,9 +83,16 @@ struct hs_ring {
  * (HS_COUNT_LOSS).
  */
 #define HS_RESERVE(ring, lost_map, type, kind_)                                \
+	HS_RESERVE_FIRST(ring, lost_map, type, sizeof(type), kind_)
+
+/*
+ * HS_RESERVE of only the first `size` bytes of a `type` (a constant, at most
+ * sizeof(type)): the fields past it are neither written nor sent.
+ */
+#define HS_RESERVE_FIRST(ring, lost_map, type, size, kind_)                    \
 	({                                                                     \
 		void *__ring = (ring);                                         \
-		type *__rec = __ring ? bpf_ringbuf_reserve(__ring, sizeof(type), 0) \
+		type *__rec = __ring ? bpf_ringbuf_reserve(__ring, (size), 0)  \
 				     : (type *)0;                              \
 		if (__rec) {                                                   \
 			__rec->h.ts = bpf_ktime_get_boot_ns();                 \

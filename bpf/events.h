@@ -40,8 +40,34 @@ enum hs_kind {
 	/* A switch with the leaving task's stacks and a copy of its user
 	 * stack; its losses count as HS_KIND_SWITCH_STACK's. */
 	HS_KIND_SWITCH_STACK_COPY = 13,
+	/* An hs_switch sent without its two comms, which its CPU's comm
+	 * slots hold (see HS_COMM_SLOTS); its losses count as
+	 * HS_KIND_SWITCH's. */
+	HS_KIND_SWITCH_NAMED_BEFORE = 14,
+	/* An hs_wakeup sent without its comm, likewise; its losses count
+	 * as HS_KIND_WAKEUP's. */
+	HS_KIND_WAKEUP_NAMED_BEFORE = 15,
 	/* One past the last kind: the size of the per-CPU loss counters. */
-	HS_KIND_MAX = 14,
+	HS_KIND_MAX = 16,
+};
+
+/*
+ * A switch and a wakeup name their threads (32 and 16 of their 88 and 64
+ * bytes), but a CPU switches among the same few threads again and again:
+ * each CPU sends a thread's comm once, and then only when it changes.
+ * Each CPU keeps HS_COMM_SLOTS slots, thread `tid`'s at tid % HS_COMM_SLOTS,
+ * each holding a tid and a comm. A switch or wakeup whose threads' slots
+ * hold their tids and comms already is sent cut before its first comm, as
+ * HS_KIND_SWITCH_NAMED_BEFORE or HS_KIND_WAKEUP_NAMED_BEFORE. Otherwise it
+ * is sent whole and, when `comms_in_slots` is 1, its threads' tids and
+ * comms go into their slots (prev's, then next's), in the order the
+ * records are in the CPU's ring. The recorder keeps the same slots per CPU
+ * (all zero at the start, as the kernel's are) from those records, read
+ * in ring order, and finds the comms of a cut record there. A record
+ * reserved but not sent would break this: the programs never discard one.
+ */
+enum hs_comm_slots {
+	HS_COMM_SLOTS = 128,
 };
 
 /*
@@ -81,8 +107,9 @@ struct hs_switch {
 	__s32 prev_prio;	/* kernel priority: 0-99 RT, 100-139 normal, 120 = nice 0 */
 	__s32 next_prio;
 	__u8 preempt;		/* 1 when prev was preempted (still runnable) */
-	__u8 pad[7];
-	char prev_comm[HS_COMM_LEN];
+	__u8 comms_in_slots;	/* 1 when the comms below went into their slots (HS_COMM_SLOTS) */
+	__u8 pad[6];
+	char prev_comm[HS_COMM_LEN];	/* from here on, not sent with HS_KIND_SWITCH_NAMED_BEFORE */
 	char next_comm[HS_COMM_LEN];
 };
 
@@ -96,8 +123,9 @@ struct hs_wakeup {
 	__u32 waker_pid;
 	__s32 prio;
 	__u8 new_task;		/* 1 for sched_wakeup_new: the first wakeup after fork */
-	__u8 pad[7];
-	char comm[HS_COMM_LEN];
+	__u8 comm_in_slot;	/* 1 when comm went into its slot (HS_COMM_SLOTS) */
+	__u8 pad[6];
+	char comm[HS_COMM_LEN];	/* not sent with HS_KIND_WAKEUP_NAMED_BEFORE */
 };
 
 /* sched:sched_process_fork (processes and threads alike). */

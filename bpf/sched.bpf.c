@@ -38,6 +38,61 @@ struct {
 	__type(value, struct hs_switch_stack_copy);
 } switch_scratch SEC(".maps");
 
+/* This CPU's comm slots (see HS_COMM_SLOTS in events.h). */
+struct hs_comm_slot {
+	__u32 tid;
+	__u32 pad;
+	__u64 comm[2];
+};
+
+struct hs_comm_cache {
+	/* 1 while a program uses the slots: a program run inside it (none
+	 * should: these tracepoints fire with interrupts off) sends its
+	 * records whole and leaves the slots alone, so they change in the
+	 * order of the records in the ring. */
+	__u32 busy;
+	__u32 pad;
+	struct hs_comm_slot slot[HS_COMM_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_comm_cache);
+} comm_cache SEC(".maps");
+
+/* This CPU's slots, marked busy; NULL when another program has them. */
+static __always_inline struct hs_comm_cache *take_comm_slots(void)
+{
+	__u32 zero = 0;
+	struct hs_comm_cache *c = bpf_map_lookup_elem(&comm_cache, &zero);
+	if (!c || c->busy)
+		return 0;
+	c->busy = 1;
+	return c;
+}
+
+static __always_inline struct hs_comm_slot *comm_slot(struct hs_comm_cache *c, __u32 tid)
+{
+	return &c->slot[tid & (HS_COMM_SLOTS - 1)];
+}
+
+/* Whether `tid`'s slot holds it with this comm. */
+static __always_inline bool comm_in_slot(struct hs_comm_cache *c, __u32 tid, const __u64 comm[2])
+{
+	struct hs_comm_slot *s = comm_slot(c, tid);
+	return s->tid == tid && s->comm[0] == comm[0] && s->comm[1] == comm[1];
+}
+
+static __always_inline void put_comm_in_slot(struct hs_comm_cache *c, __u32 tid, const __u64 comm[2])
+{
+	struct hs_comm_slot *s = comm_slot(c, tid);
+	s->tid = tid;
+	s->comm[0] = comm[0];
+	s->comm[1] = comm[1];
+}
+
 static __always_inline __u32 ppid_of(struct task_struct *task)
 {
 	return BPF_CORE_READ(task, real_parent, tgid);
@@ -57,8 +112,6 @@ static __always_inline void fill_switch(struct hs_switch *e, bool preempt,
 	e->prev_prio = prev->prio;
 	e->next_prio = next->prio;
 	e->preempt = preempt;
-	__builtin_memcpy(e->prev_comm, prev->comm, HS_COMM_LEN);
-	__builtin_memcpy(e->next_comm, next->comm, HS_COMM_LEN);
 }
 
 static __always_inline int on_switch(void *ctx, bool preempt,
@@ -78,6 +131,9 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 		e->sw.h.kind = HS_KIND_SWITCH_STACK;
 		e->sw.h.cpu = bpf_get_smp_processor_id();
 		fill_switch(&e->sw, preempt, prev, next, prev_state);
+		e->sw.comms_in_slots = 0;
+		__builtin_memcpy(e->sw.prev_comm, prev->comm, HS_COMM_LEN);
+		__builtin_memcpy(e->sw.next_comm, next->comm, HS_COMM_LEN);
 		/* Skip this program, bpf_trace_run<N> and __traceiter_sched_switch:
 		 * their addresses change with every load, and the stack would
 		 * then too; the leaf is __schedule. */
@@ -98,12 +154,39 @@ static __always_inline int on_switch(void *ctx, bool preempt,
 		return 0;
 	}
 	void *ring = HS_CPU_RING(sched_rings);
-	struct hs_switch *e =
-		HS_RESERVE(ring, sched_lost, struct hs_switch, HS_KIND_SWITCH);
-	if (!e)
-		return 0;
-	fill_switch(e, preempt, prev, next, prev_state);
-	HS_SUBMIT(ring, e);
+	struct hs_comm_cache *slots = take_comm_slots();
+	__u64 prev_comm[2], next_comm[2];
+	__builtin_memcpy(prev_comm, prev->comm, HS_COMM_LEN);
+	__builtin_memcpy(next_comm, next->comm, HS_COMM_LEN);
+	struct hs_switch *e;
+	if (slots && comm_in_slot(slots, prev->pid, prev_comm) &&
+	    comm_in_slot(slots, next->pid, next_comm)) {
+		e = HS_RESERVE_FIRST(ring, sched_lost, struct hs_switch,
+				     __builtin_offsetof(struct hs_switch, prev_comm),
+				     HS_KIND_SWITCH);
+		if (e) {
+			fill_switch(e, preempt, prev, next, prev_state);
+			e->comms_in_slots = 0;
+			e->h.kind = HS_KIND_SWITCH_NAMED_BEFORE;
+		}
+	} else {
+		e = HS_RESERVE(ring, sched_lost, struct hs_switch, HS_KIND_SWITCH);
+		if (e) {
+			fill_switch(e, preempt, prev, next, prev_state);
+			__builtin_memcpy(e->prev_comm, prev_comm, HS_COMM_LEN);
+			__builtin_memcpy(e->next_comm, next_comm, HS_COMM_LEN);
+			/* Only once the record is sure to be sent. */
+			e->comms_in_slots = slots != 0;
+			if (slots) {
+				put_comm_in_slot(slots, prev->pid, prev_comm);
+				put_comm_in_slot(slots, next->pid, next_comm);
+			}
+		}
+	}
+	if (slots)
+		slots->busy = 0;
+	if (e)
+		HS_SUBMIT(ring, e);
 	return 0;
 }
 
@@ -174,8 +257,31 @@ int BPF_PROG(hs_sched_waking, struct task_struct *p)
 static __always_inline int emit_wakeup(struct task_struct *p, __u8 new_task)
 {
 	void *ring = HS_CPU_RING(sched_rings);
-	struct hs_wakeup *e =
-		HS_RESERVE(ring, sched_lost, struct hs_wakeup, HS_KIND_WAKEUP);
+	struct hs_comm_cache *slots = take_comm_slots();
+	__u64 comm[2];
+	__builtin_memcpy(comm, p->comm, HS_COMM_LEN);
+	bool named_before = slots && comm_in_slot(slots, p->pid, comm);
+	struct hs_wakeup *e;
+	if (named_before) {
+		e = HS_RESERVE_FIRST(ring, sched_lost, struct hs_wakeup,
+				     __builtin_offsetof(struct hs_wakeup, comm),
+				     HS_KIND_WAKEUP);
+		if (e) {
+			e->h.kind = HS_KIND_WAKEUP_NAMED_BEFORE;
+			e->comm_in_slot = 0;
+		}
+	} else {
+		e = HS_RESERVE(ring, sched_lost, struct hs_wakeup, HS_KIND_WAKEUP);
+		if (e) {
+			__builtin_memcpy(e->comm, comm, HS_COMM_LEN);
+			/* Only once the record is sure to be sent. */
+			e->comm_in_slot = slots != 0;
+			if (slots)
+				put_comm_in_slot(slots, p->pid, comm);
+		}
+	}
+	if (slots)
+		slots->busy = 0;
 	if (!e)
 		return 0;
 	/* A new task is woken by its parent, which is current; so is any task
@@ -189,7 +295,6 @@ static __always_inline int emit_wakeup(struct task_struct *p, __u8 new_task)
 	e->waker_pid = w ? w->pid : current >> 32;
 	e->prio = p->prio;
 	e->new_task = new_task;
-	__builtin_memcpy(e->comm, p->comm, HS_COMM_LEN);
 	HS_SUBMIT(ring, e);
 	return 0;
 }
@@ -281,3 +386,4 @@ struct hs_exit hs_anchor_exit = {};
 struct hs_switch_stack hs_anchor_switch_stack = {};
 struct hs_switch_stack_copy hs_anchor_switch_stack_copy = {};
 enum hs_kind hs_anchor_kind = HS_KIND_SWITCH;
+enum hs_comm_slots hs_anchor_comm_slots = HS_COMM_SLOTS;

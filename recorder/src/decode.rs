@@ -13,8 +13,8 @@ use crate::{
         faults::types::hs_fault,
         numa::types::{hs_migrate_reason, hs_numa, hs_numa_event},
         sched::types::{
-            hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch, hs_switch_stack,
-            hs_switch_stack_copy, hs_wakeup,
+            hs_comm_slots, hs_exec, hs_exit, hs_fork, hs_header, hs_kind, hs_switch,
+            hs_switch_stack, hs_switch_stack_copy, hs_wakeup,
         },
         stacks::types::{hs_sample, hs_sample_copy, hs_user_regs},
         tasks::types::hs_task_exit,
@@ -61,6 +61,9 @@ const SAMPLE_FIXED: usize = std::mem::offset_of!(hs_sample, stack.ips);
 const SAMPLE_REGS_AT: usize = std::mem::offset_of!(hs_sample_copy, regs);
 const SWITCH_REGS_AT: usize = std::mem::offset_of!(hs_switch_stack_copy, regs);
 const SWITCH_STACK_FIXED: usize = std::mem::offset_of!(hs_switch_stack, stack.ips);
+/// Bytes of a switch or wakeup sent without its comms (`*_NAMED_BEFORE`).
+const SWITCH_UNNAMED: usize = std::mem::offset_of!(hs_switch, prev_comm);
+const WAKEUP_UNNAMED: usize = std::mem::offset_of!(hs_wakeup, comm);
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -70,13 +73,55 @@ pub enum DecodeError {
     UnknownKind(u32),
     #[error("NUMA record of unknown event {0}")]
     UnknownNumaEvent(u32),
+    #[error(
+        "record of kind {kind} sent without the comm of thread {tid}, which CPU {cpu} never sent"
+    )]
+    CommNotSent { kind: u32, cpu: u32, tid: u32 },
+}
+
+type Comm = [i8; 16];
+
+/// One CPU's slots: a tid and its comm each.
+type CpuCommSlots = Box<[(u32, Comm)]>;
+
+/// The recorder's copy of each CPU's comm slots (`HS_COMM_SLOTS` in
+/// `bpf/events.h`), kept from the records that filled the kernel's, in
+/// ring order: where a switch or wakeup sent without its comms finds
+/// them.
+#[derive(Debug, Default)]
+struct CommSlots {
+    /// Per CPU, made on its first record that fills a slot; a slot holds
+    /// a tid and its comm, all zero at first as in the kernel.
+    cpus: Vec<Option<CpuCommSlots>>,
+}
+
+impl CommSlots {
+    const SLOTS: usize = hs_comm_slots::HS_COMM_SLOTS.0 as usize;
+
+    fn put(&mut self, cpu: u32, tid: u32, comm: &Comm) {
+        let cpu = cpu as usize;
+        if self.cpus.len() <= cpu {
+            self.cpus.resize_with(cpu + 1, || None);
+        }
+        let slots = self.cpus[cpu]
+            .get_or_insert_with(|| vec![(0, [0; 16]); Self::SLOTS].into_boxed_slice());
+        slots[tid as usize % Self::SLOTS] = (tid, *comm);
+    }
+
+    fn get(&self, cpu: u32, tid: u32, kind: u32) -> Result<Comm, DecodeError> {
+        let slots = self.cpus.get(cpu as usize).and_then(Option::as_ref);
+        match slots.map(|slots| &slots[tid as usize % Self::SLOTS]) {
+            Some(&(held, comm)) if held == tid => Ok(comm),
+            _ => Err(DecodeError::CommNotSent { kind, cpu, tid }),
+        }
+    }
 }
 
 /// The table a kind of record lands in, for naming losses.
 pub fn table_of_kind(kind: u32) -> &'static str {
     match hs_kind(kind) {
-        hs_kind::HS_KIND_SWITCH => "sched_switch",
-        hs_kind::HS_KIND_WAKEUP => "sched_wakeup",
+        hs_kind::HS_KIND_SWITCH | hs_kind::HS_KIND_SWITCH_NAMED_BEFORE => "sched_switch",
+        hs_kind::HS_KIND_WAKEUP | hs_kind::HS_KIND_WAKEUP_NAMED_BEFORE => "sched_wakeup",
         hs_kind::HS_KIND_EXEC | hs_kind::HS_KIND_FORK | hs_kind::HS_KIND_EXIT => "process",
         hs_kind::HS_KIND_FAULT => "page_fault",
         hs_kind::HS_KIND_NUMA => "numa_event",
@@ -248,6 +293,7 @@ pub struct Decoder {
     /// USER_HZ, to round start times as /proc does.
     pub clock_ticks_per_second: u32,
     pub page_size: u32,
+    comms: CommSlots,
 }
 
 impl Decoder {
@@ -257,32 +303,43 @@ impl Decoder {
             offset,
             clock_ticks_per_second: crate::procfs::clock_ticks_per_second(),
             page_size: crate::procfs::page_size(),
+            comms: CommSlots::default(),
         }
     }
 
-    /// Appends one record to its table; returns its kind.
-    pub fn decode(&self, data: &[u8], rows: &mut AllRows) -> Result<u32, DecodeError> {
+    /// Appends one record to its table; returns its kind. Records are
+    /// taken in the order of their ring: a switch or wakeup may name its
+    /// threads by an earlier one's comms.
+    pub fn decode(&mut self, data: &[u8], rows: &mut AllRows) -> Result<u32, DecodeError> {
         let header: &hs_header = record(data, 0)?;
         let kind = header.kind;
         let ts = self.offset.to_utc_ns(header.ts);
         match hs_kind(kind) {
             hs_kind::HS_KIND_SWITCH => {
                 let e: &hs_switch = record(data, kind)?;
+                if e.comms_in_slots != 0 {
+                    self.comms.put(header.cpu, e.prev_tid, &e.prev_comm);
+                    self.comms.put(header.cpu, e.next_tid, &e.next_comm);
+                }
                 push_switch(ts, e, rows, None);
+            }
+            hs_kind::HS_KIND_SWITCH_NAMED_BEFORE => {
+                let mut e: hs_switch = truncated(data, kind, SWITCH_UNNAMED)?;
+                e.prev_comm = self.comms.get(header.cpu, e.prev_tid, kind)?;
+                e.next_comm = self.comms.get(header.cpu, e.next_tid, kind)?;
+                push_switch(ts, &e, rows, None);
             }
             hs_kind::HS_KIND_WAKEUP => {
                 let e: &hs_wakeup = record(data, kind)?;
-                let r = &mut rows.sched_wakeup;
-                r.ts.append_value(ts);
-                r.cpu.append_value(header.cpu as i32);
-                r.tid.append_value(e.tid as i32);
-                r.pid.append_value(e.pid as i32);
-                r.comm.append_c_name(&e.comm);
-                r.target_cpu.append_value(e.target_cpu as i32);
-                r.waker_tid.append_value(e.waker_tid as i32);
-                r.waker_pid.append_value(e.waker_pid as i32);
-                r.new_task.append_value(e.new_task != 0);
-                r.prio.append_value(e.prio);
+                if e.comm_in_slot != 0 {
+                    self.comms.put(header.cpu, e.tid, &e.comm);
+                }
+                push_wakeup(ts, e, rows);
+            }
+            hs_kind::HS_KIND_WAKEUP_NAMED_BEFORE => {
+                let mut e: hs_wakeup = truncated(data, kind, WAKEUP_UNNAMED)?;
+                e.comm = self.comms.get(header.cpu, e.tid, kind)?;
+                push_wakeup(ts, &e, rows);
             }
             hs_kind::HS_KIND_FORK => {
                 let e: &hs_fork = record(data, kind)?;
@@ -381,7 +438,7 @@ impl Decoder {
     /// the leaving task's stack), interning the stack; other records go
     /// to [`Decoder::decode`]. Returns the kind.
     pub fn decode_with_stacks(
-        &self,
+        &mut self,
         data: &[u8],
         rows: &mut AllRows,
         stacks: &mut StackInterner,
@@ -500,6 +557,21 @@ impl Decoder {
                 .then(|| count(e.maxrss_pages).saturating_mul(i64::from(self.page_size))),
         });
     }
+}
+
+/// One `sched_wakeup` row.
+fn push_wakeup(ts: i64, e: &hs_wakeup, rows: &mut AllRows) {
+    let r = &mut rows.sched_wakeup;
+    r.ts.append_value(ts);
+    r.cpu.append_value(e.h.cpu as i32);
+    r.tid.append_value(e.tid as i32);
+    r.pid.append_value(e.pid as i32);
+    r.comm.append_c_name(&e.comm);
+    r.target_cpu.append_value(e.target_cpu as i32);
+    r.waker_tid.append_value(e.waker_tid as i32);
+    r.waker_pid.append_value(e.waker_pid as i32);
+    r.new_task.append_value(e.new_task != 0);
+    r.prio.append_value(e.prio);
 }
 
 /// One `sched_switch` row.
@@ -624,6 +696,97 @@ mod tests {
         assert_eq!(text(&b, "prev_state", 0), "D");
     }
 
+    /// The records of one CPU's ring in order: switches and wakeups sent
+    /// whole fill the slots, and those sent without comms are named from
+    /// them, per CPU and only by a tid's own slot.
+    #[test]
+    fn records_sent_without_comms_are_named_by_their_cpus_earlier_records() {
+        let switch = |cpu, prev_tid, next_tid, names: Option<(&str, &str)>| {
+            let mut e = hs_switch {
+                h: header(hs_kind::HS_KIND_SWITCH_NAMED_BEFORE, 1, cpu),
+                prev_tid,
+                next_tid,
+                ..Default::default()
+            };
+            match names {
+                Some((prev, next)) => {
+                    e.h.kind = hs_kind::HS_KIND_SWITCH.0;
+                    e.comms_in_slots = 1;
+                    e.prev_comm = comm(prev);
+                    e.next_comm = comm(next);
+                    bytes(&e)
+                }
+                None => bytes(&e)[..SWITCH_UNNAMED].to_vec(),
+            }
+        };
+        let wakeup = |cpu, tid, name: Option<&str>| {
+            let mut e = hs_wakeup {
+                h: header(hs_kind::HS_KIND_WAKEUP_NAMED_BEFORE, 1, cpu),
+                tid,
+                ..Default::default()
+            };
+            match name {
+                Some(name) => {
+                    e.h.kind = hs_kind::HS_KIND_WAKEUP.0;
+                    e.comm_in_slot = 1;
+                    e.comm = comm(name);
+                    bytes(&e)
+                }
+                None => bytes(&e)[..WAKEUP_UNNAMED].to_vec(),
+            }
+        };
+        let slots = CommSlots::SLOTS as u32;
+        let mut decoder = Decoder::new(OFFSET);
+        let mut rows = AllRows::default();
+        let mut decode = |record: Vec<u8>| decoder.decode(&record, &mut rows);
+        decode(switch(0, 11, 21, Some(("ping", "pong")))).unwrap();
+        decode(switch(0, 21, 11, None)).unwrap();
+        // A wakeup fills the slot a switch reads, and the other way round.
+        decode(wakeup(0, 31, Some("woken"))).unwrap();
+        decode(switch(0, 11, 31, None)).unwrap();
+        decode(wakeup(0, 11, None)).unwrap();
+        // Another CPU's slots are its own.
+        assert_eq!(
+            decode(switch(1, 11, 21, None)),
+            Err(DecodeError::CommNotSent {
+                kind: hs_kind::HS_KIND_SWITCH_NAMED_BEFORE.0,
+                cpu: 1,
+                tid: 11
+            })
+        );
+        // A tid that shares a slot takes it over.
+        decode(switch(0, 11 + slots, 21, Some(("other", "pong")))).unwrap();
+        assert!(decode(wakeup(0, 11, None)).is_err());
+        decode(wakeup(0, 11 + slots, None)).unwrap();
+        // A record sent whole but not put in the slots (a program run
+        // inside another) leaves them as they were.
+        let mut apart = switch(0, 21, 41, Some(("renamed", "new")));
+        apart[std::mem::offset_of!(hs_switch, comms_in_slots)] = 0;
+        decode(apart).unwrap();
+        decode(switch(0, 21, 11 + slots, None)).unwrap();
+        assert!(decode(wakeup(0, 41, None)).is_err());
+
+        let b = rows.sched_switch.finish();
+        let names: Vec<(String, String)> = (0..b.num_rows())
+            .map(|r| (text(&b, "prev_comm", r), text(&b, "next_comm", r)))
+            .collect();
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            names,
+            [
+                pair("ping", "pong"),
+                pair("pong", "ping"),
+                pair("ping", "woken"),
+                pair("other", "pong"),
+                pair("renamed", "new"),
+                pair("pong", "other"),
+            ]
+        );
+        let w = rows.sched_wakeup.finish();
+        let woken: Vec<String> = (0..w.num_rows()).map(|r| text(&w, "comm", r)).collect();
+        assert_eq!(woken, ["woken", "ping", "other"]);
+    }
+
     #[test]
     fn task_states_match_the_kernel_letters() {
         let cases = [
@@ -683,7 +846,7 @@ mod tests {
             exit_code: 9,
             comm: comm("sleep"),
         };
-        let decoder = Decoder::new(OFFSET);
+        let mut decoder = Decoder::new(OFFSET);
         let mut rows = AllRows::default();
         for record in [bytes(&exec), bytes(&fork), bytes(&exit)] {
             decoder.decode(&record, &mut rows).unwrap();
@@ -726,10 +889,10 @@ mod tests {
             comm: comm("hog"),
             ..Default::default()
         };
-        let decoder = Decoder {
-            offset: OFFSET,
+        let mut decoder = Decoder {
             clock_ticks_per_second: 100,
             page_size: 4096,
+            ..Decoder::new(OFFSET)
         };
         let mut rows = AllRows::default();
         let kind = decoder.decode(&bytes(&e), &mut rows).unwrap();
@@ -783,7 +946,7 @@ mod tests {
             ..Default::default()
         };
         let mut rows = AllRows::default();
-        let decoder = Decoder::new(OFFSET);
+        let mut decoder = Decoder::new(OFFSET);
         decoder.decode(&bytes(&wakeup(1)), &mut rows).unwrap();
         decoder.decode(&bytes(&wakeup(0)), &mut rows).unwrap();
         let b = rows.sched_wakeup.finish();
@@ -910,7 +1073,7 @@ mod tests {
                 "migrate_pages 50 50 - - - - 512 3 unknown kcompactd0",
             ),
         ];
-        let decoder = Decoder::new(OFFSET);
+        let mut decoder = Decoder::new(OFFSET);
         let mut rows = AllRows::default();
         for (record, _) in &cases {
             let kind = decoder.decode(&bytes(record), &mut rows).unwrap();
@@ -957,7 +1120,7 @@ mod tests {
     #[test]
     fn short_and_unknown_records_are_errors_not_panics() {
         let mut rows = AllRows::default();
-        let decoder = Decoder::new(OFFSET);
+        let mut decoder = Decoder::new(OFFSET);
         assert_eq!(
             decoder.decode(&[0u8; 4], &mut rows),
             Err(DecodeError::Short { kind: 0, len: 4 })
@@ -1017,7 +1180,7 @@ mod stack_tests {
         let (tx, rx) = std::sync::mpsc::sync_channel(16);
         let root = tempfile::tempdir().unwrap(); // no maps: the user frame is anonymous
         let mut interner = StackInterner::new(root.path(), tx);
-        let decoder = Decoder::new(ClockOffset {
+        let mut decoder = Decoder::new(ClockOffset {
             at_boot_ns: 0,
             offset_ns: 0,
         });
@@ -1064,7 +1227,7 @@ mod stack_tests {
         let (tx, _rx) = std::sync::mpsc::sync_channel(16);
         let root = tempfile::tempdir().unwrap(); // no maps: nothing to unwind by
         let mut interner = StackInterner::new(root.path(), tx);
-        let decoder = Decoder::new(ClockOffset {
+        let mut decoder = Decoder::new(ClockOffset {
             at_boot_ns: 0,
             offset_ns: 0,
         });

@@ -2,11 +2,13 @@
 //! them, cause activity whose size the test knows, and check what the probes
 //! saw. They need root, which CI has: nothing here is skipped.
 
-use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsRawFd, process::Command};
+use std::{
+    collections::HashMap, fs::File, io::Write, mem::MaybeUninit, os::fd::AsRawFd, process::Command,
+};
 
 use arrow::{
     array::{Array, AsArray},
-    datatypes::{Int32Type, Int64Type, UInt64Type},
+    datatypes::{Int32Type, Int64Type, TimestampNanosecondType, UInt64Type},
     record_batch::RecordBatch,
 };
 use hindsight_schemas::time::ClockOffset;
@@ -15,7 +17,7 @@ use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 use crate::{
     bpf::{
         load_cache, load_faults, load_numa, load_samples, load_sched, load_tasks, ring_maps,
-        TracepointCatalog,
+        sched::types::hs_kind, TracepointCatalog,
     },
     cache::drain_page_cache,
     decode::Decoder,
@@ -34,21 +36,28 @@ fn page_size() -> usize {
 
 /// Every record waiting in `ring`, decoded.
 fn drain_rings(rings: &[&dyn MapCore]) -> AllRows {
-    let decoder = Decoder::new(OFFSET);
+    drain_rings_by_kind(rings).0
+}
+
+/// [`drain_rings`], and how many records of each kind they held.
+fn drain_rings_by_kind(rings: &[&dyn MapCore]) -> (AllRows, HashMap<u32, usize>) {
+    let mut decoder = Decoder::new(OFFSET);
     let mut rows = AllRows::default();
+    let mut kinds = HashMap::new();
     for ring in rings {
         let mut builder = RingBufferBuilder::new();
         builder
             .add(*ring, |data: &[u8]| {
-                decoder
+                let kind = decoder
                     .decode(data, &mut rows)
                     .expect("a record we can decode");
+                *kinds.entry(kind).or_default() += 1;
                 0
             })
             .unwrap();
         builder.build().unwrap().consume().unwrap();
     }
-    rows
+    (rows, kinds)
 }
 
 /// Sum over CPUs of one kind's ring-full counter.
@@ -491,5 +500,100 @@ fn each_cpu_writes_its_own_ring() {
         lost(&probes.skel.maps.sched_lost, 1),
         0,
         "a ring overflowed"
+    );
+}
+
+/// A thread's comm goes with a CPU's switches and wakeups once, then again
+/// when it changes: a thread pinned to one CPU sleeps a known number of
+/// times under one name, then under another, and every one of its rows
+/// carries the name it had, though most records came without it.
+#[test]
+fn a_comm_is_sent_once_a_cpu_and_again_when_it_changes() {
+    const SLEEPS: usize = 300;
+    let catalog = TracepointCatalog::load().unwrap();
+    let mut object = MaybeUninit::uninit();
+    let probes = load_sched(&mut object, 4 << 20, crate::bpf::OffCpuStacks::No, &catalog).unwrap();
+    let online = crate::procfs::parse_cpu_list(
+        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
+    );
+    let cpu = *online.last().unwrap();
+    let tid = std::thread::spawn(move || {
+        // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
+        }
+        for name in [c"hs-comm-first", c"hs-comm-second"] {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string.
+            assert_eq!(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) }, 0);
+            for _ in 0..SLEEPS {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() }
+    })
+    .join()
+    .unwrap();
+    probes.links.detach();
+
+    let rings: Vec<&dyn MapCore> = ring_maps(&probes.rings).collect();
+    let (mut rows, kinds) = drain_rings_by_kind(&rings);
+    let names_of = |b: &RecordBatch, tid_column: &str, comm_column: &str| -> Vec<String> {
+        let tids = b
+            .column_by_name(tid_column)
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        let ts = b
+            .column_by_name("ts")
+            .unwrap()
+            .as_primitive::<TimestampNanosecondType>();
+        let comm = b
+            .column_by_name(comm_column)
+            .unwrap()
+            .as_dictionary::<Int32Type>();
+        let values = comm.values().as_string::<i32>();
+        // In time order: a wakeup may be made on another CPU, in another ring.
+        let mut rows: Vec<usize> = (0..b.num_rows())
+            .filter(|&r| tids.value(r) == tid)
+            .collect();
+        rows.sort_by_key(|&r| ts.value(r));
+        rows.iter()
+            .map(|&r| values.value(comm.keys().value(r) as usize).to_owned())
+            .collect()
+    };
+    let switches = rows.sched_switch.finish();
+    let wakeups = rows.sched_wakeup.finish();
+    for (names, what) in [
+        (names_of(&switches, "prev_tid", "prev_comm"), "left its CPU"),
+        (names_of(&switches, "next_tid", "next_comm"), "took its CPU"),
+        (names_of(&wakeups, "tid", "comm"), "was woken"),
+    ] {
+        let count = |name: &str| names.iter().filter(|n| *n == name).count();
+        assert!(
+            count("hs-comm-first") >= SLEEPS && count("hs-comm-second") >= SLEEPS,
+            "the thread {what} as {} and {} (of {SLEEPS} sleeps each)",
+            count("hs-comm-first"),
+            count("hs-comm-second")
+        );
+        let renamed = names.iter().position(|n| n == "hs-comm-second").unwrap();
+        assert!(
+            names[renamed..].iter().all(|n| n == "hs-comm-second"),
+            "the thread {what} under its old name after the new one"
+        );
+    }
+    let count = |kind: hs_kind| kinds.get(&kind.0).copied().unwrap_or(0);
+    let (whole, cut) = (
+        count(hs_kind::HS_KIND_SWITCH),
+        count(hs_kind::HS_KIND_SWITCH_NAMED_BEFORE),
+    );
+    assert!(
+        cut >= 2 * SLEEPS && cut > whole,
+        "{cut} switches sent without their comms, {whole} with them"
+    );
+    assert!(
+        count(hs_kind::HS_KIND_WAKEUP_NAMED_BEFORE) >= SLEEPS,
+        "{kinds:?}"
     );
 }
