@@ -405,9 +405,13 @@ pub async fn fetch(
         forget_retired(dir, files, url)?;
     }
     let mut fetched = Fetched::default();
-    let selection = match span {
-        Some(span) => window::select(&store, &location, &roots, &wanted, &dirs, span).await?,
-        None => None,
+    // One selector for the window and the listing: what the first learns
+    // of the footers, the second does not read again.
+    let mut selector = (span.is_some() || chunks == Chunks::Listed)
+        .then(|| window::Selector::new(&store, &location, &roots, &wanted, &dirs));
+    let selection = match (span, selector.as_mut()) {
+        (Some(span), Some(selector)) => window::select(selector, &wanted, span).await?,
+        _ => None,
     };
     let mut keep: Vec<Vec<String>> = match selection {
         Some(selection) => {
@@ -418,9 +422,8 @@ pub async fn fetch(
         }
         None => wanted.iter().map(|w| w.keys().cloned().collect()).collect(),
     };
-    if chunks == Chunks::Listed {
-        let (listed, footers) =
-            window::footers(&store, &location, &roots, &wanted, &dirs, &keep).await?;
+    if let (Chunks::Listed, Some(selector)) = (chunks, selector.as_mut()) {
+        let (listed, footers) = window::footers(selector, &keep).await?;
         fetched.footers += footers;
         for (dir, chunks) in dirs.iter().zip(listed) {
             fetched.listed += chunks.len();

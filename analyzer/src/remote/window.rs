@@ -138,7 +138,9 @@ impl Group {
 /// it, and opening the copy names what is wrong. Absent while unread.
 type Known = HashMap<usize, Result<recording::Chunk, RecordingError>>;
 
-struct Selector<'a> {
+/// The chunks of a listing, by name and by what their footers say, read
+/// once per command: [`select`] and [`footers`] share what it learned.
+pub struct Selector<'a> {
     store: &'a Arc<dyn ObjectStore>,
     url: &'a str,
     bucket: &'a str,
@@ -156,11 +158,8 @@ struct Selector<'a> {
 /// `None` when the window cannot narrow anything: no window, or times
 /// that do not resolve (the command then says why).
 pub async fn select(
-    store: &Arc<dyn ObjectStore>,
-    location: &Location,
-    roots: &[String],
+    selector: &mut Selector<'_>,
     wanted: &[BTreeMap<String, u64>],
-    dirs: &[PathBuf],
     span: &Span,
 ) -> Result<Option<Selection>, RemoteError> {
     if span.from.is_none() && span.to.is_none() {
@@ -173,7 +172,6 @@ pub async fn select(
     } else {
         &[WHOLE_TABLE, SCHED_SWITCH.name, SCHED_WAKEUP.name]
     };
-    let mut selector = Selector::new(store, location, roots, wanted, dirs);
     // The whole recording's first and last event (footers near each end)
     // only where a time is relative to them: "03:05-03:15" on a fleet is
     // two footer reads fewer per host when given as RFC 3339 times.
@@ -223,19 +221,16 @@ pub async fn select(
 }
 
 /// The chunks of `keep` (per recording root, as [`Selection::keep`] gives
-/// them; other files are skipped) as a copy in `dirs` would open them,
-/// from their footers: remembered, in the copy, or read from the bucket.
-/// Also how many footers were read from the bucket. A chunk whose footer
-/// is not one this build reads is an error naming its object.
+/// them; other files are skipped) as a copy in the selector's directories
+/// would open them, from their footers: known to the selector already,
+/// remembered, in the copy, or read from the bucket. Also how many
+/// footers it read from the bucket. A chunk whose footer is not one this
+/// build reads is an error naming its object.
 pub async fn footers(
-    store: &Arc<dyn ObjectStore>,
-    location: &Location,
-    roots: &[String],
-    wanted: &[BTreeMap<String, u64>],
-    dirs: &[PathBuf],
+    selector: &mut Selector<'_>,
     keep: &[Vec<String>],
 ) -> Result<(Vec<Vec<recording::Chunk>>, usize), RemoteError> {
-    let mut selector = Selector::new(store, location, roots, wanted, dirs);
+    let read_before = selector.footers_read;
     let keep: Vec<HashSet<&str>> = keep
         .iter()
         .map(|files| files.iter().map(String::as_str).collect())
@@ -248,7 +243,7 @@ pub async fn footers(
         .collect();
     selector.learn(&kept).await?;
     selector.remember();
-    let mut chunks = vec![Vec::new(); dirs.len()];
+    let mut chunks = vec![Vec::new(); selector.dirs.len()];
     for c in kept {
         let reason = match selector.known.remove(&c) {
             Some(Ok(chunk)) => {
@@ -265,7 +260,7 @@ pub async fn footers(
             .unwrap_or(&reason);
         return Err(RemoteError::bad(&object, reason));
     }
-    Ok((chunks, selector.footers_read))
+    Ok((chunks, selector.footers_read - read_before))
 }
 
 /// Whether every `sched_switch` chunk in a listing has its derived chunks.
@@ -283,7 +278,10 @@ fn indexed(files: &BTreeMap<String, u64>) -> bool {
 }
 
 impl<'a> Selector<'a> {
-    fn new(
+    /// The chunks of `wanted` (per recording root, the files and their
+    /// sizes; `dirs` their cache directories), with the footers the copy
+    /// remembers.
+    pub fn new(
         store: &'a Arc<dyn ObjectStore>,
         location: &'a Location,
         roots: &[String],
@@ -703,7 +701,8 @@ mod tests {
                     derived: &[],
                 };
                 let wanted = [files.clone()];
-                let selection = select(store, location, &[String::new()], &wanted, &dirs, &span)
+                let mut selector = Selector::new(store, location, &[String::new()], &wanted, &dirs);
+                let selection = select(&mut selector, &wanted, &span)
                     .await
                     .unwrap()
                     .unwrap();
@@ -740,7 +739,10 @@ mod tests {
         let list = |files: &BTreeMap<String, u64>| {
             let (store, location, dirs) = (&store, &location, &dirs);
             let (wanted, keep) = ([files.clone()], [files.keys().cloned().collect()]);
-            async move { footers(store, location, &[String::new()], &wanted, dirs, &keep).await }
+            async move {
+                let mut selector = Selector::new(store, location, &[String::new()], &wanted, dirs);
+                footers(&mut selector, &keep).await
+            }
         };
         let (listed, read) = list(&files).await.unwrap();
         assert_eq!(read, 2);
