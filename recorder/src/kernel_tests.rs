@@ -323,9 +323,7 @@ fn every_programs_skipped_runs_can_be_read() {
     let numa = load_numa(numa, 1 << 16, &catalog).unwrap();
     let cache = load_cache(cache, &catalog).unwrap();
     let tasks = load_tasks(tasks, &catalog).unwrap();
-    let online = crate::procfs::parse_cpu_list(
-        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
-    );
+    let online = online_cpus();
     let samples = load_samples(samples, 1 << 20, 49, true, &online).unwrap();
     let groups = [
         ("sched", sched.skel.object()),
@@ -425,6 +423,23 @@ fn mmap_faults_are_accesses_and_their_windows_are_fault_around() {
     );
 }
 
+/// The CPUs online now.
+fn online_cpus() -> Vec<u32> {
+    crate::procfs::parse_cpu_list(
+        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
+    )
+}
+
+/// Keeps the calling thread on `cpu`.
+fn pin_to(cpu: u32) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
+    }
+}
+
 /// Each CPU's switches go to its own ring: a thread pinned to each CPU
 /// sleeps a known number of times, and every ring holds only the records of
 /// the CPUs it was given (CPU `i % rings`), its thread's sleeps among them.
@@ -434,9 +449,7 @@ fn each_cpu_writes_its_own_ring() {
     let catalog = TracepointCatalog::load().unwrap();
     let mut object = MaybeUninit::uninit();
     let probes = load_sched(&mut object, 4 << 20, crate::bpf::OffCpuStacks::No, &catalog).unwrap();
-    let online = crate::procfs::parse_cpu_list(
-        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
-    );
+    let online = online_cpus();
     let count = probes.rings.len();
     assert_eq!(
         count,
@@ -452,12 +465,7 @@ fn each_cpu_writes_its_own_ring() {
             .iter()
             .map(|&cpu| {
                 scope.spawn(move || {
-                    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it.
-                    unsafe {
-                        let mut set: libc::cpu_set_t = std::mem::zeroed();
-                        libc::CPU_SET(cpu as usize, &mut set);
-                        assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
-                    }
+                    pin_to(cpu);
                     for _ in 0..SLEEPS {
                         std::thread::sleep(std::time::Duration::from_micros(50));
                     }
@@ -513,17 +521,10 @@ fn a_comm_is_sent_once_a_cpu_and_again_when_it_changes() {
     let catalog = TracepointCatalog::load().unwrap();
     let mut object = MaybeUninit::uninit();
     let probes = load_sched(&mut object, 4 << 20, crate::bpf::OffCpuStacks::No, &catalog).unwrap();
-    let online = crate::procfs::parse_cpu_list(
-        &std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap(),
-    );
+    let online = online_cpus();
     let cpu = *online.last().unwrap();
     let tid = std::thread::spawn(move || {
-        // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut set);
-            assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
-        }
+        pin_to(cpu);
         for name in [c"hs-comm-first", c"hs-comm-second"] {
             // SAFETY: PR_SET_NAME reads a NUL-terminated string.
             assert_eq!(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) }, 0);
