@@ -10,7 +10,7 @@ use hindsight_schemas::time::ClockOffset;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let decoder = Decoder::new(ClockOffset {
+    let mut decoder = Decoder::new(ClockOffset {
         at_boot_ns: 1_000_000_000,
         offset_ns: 1_700_000_000_000_000_000,
     });

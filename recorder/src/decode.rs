@@ -97,9 +97,16 @@ struct CommSlots {
 
 impl CommSlots {
     const SLOTS: usize = hs_comm_slots::HS_COMM_SLOTS.0 as usize;
+    /// Above the kernel's largest CPU number (`CONFIG_NR_CPUS` is at most
+    /// 8192): a record claiming a higher one is corrupt, and its CPU gets
+    /// no slots rather than a table that large.
+    const CPUS: usize = 8192;
 
     fn put(&mut self, cpu: u32, tid: u32, comm: &Comm) {
         let cpu = cpu as usize;
+        if cpu >= Self::CPUS {
+            return;
+        }
         if self.cpus.len() <= cpu {
             self.cpus.resize_with(cpu + 1, || None);
         }
@@ -754,6 +761,9 @@ mod tests {
                 tid: 11
             })
         );
+        // A CPU number past any kernel's gets no slots.
+        decode(switch(u32::MAX, 11, 21, Some(("ping", "pong")))).unwrap();
+        assert!(decode(switch(u32::MAX, 11, 21, None)).is_err());
         // A tid that shares a slot takes it over.
         decode(switch(0, 11 + slots, 21, Some(("other", "pong")))).unwrap();
         assert!(decode(wakeup(0, 11, None)).is_err());
@@ -777,6 +787,7 @@ mod tests {
                 pair("ping", "pong"),
                 pair("pong", "ping"),
                 pair("ping", "woken"),
+                pair("ping", "pong"),
                 pair("other", "pong"),
                 pair("renamed", "new"),
                 pair("pong", "other"),
