@@ -65,7 +65,7 @@ pub static CPU_SLICE: Table = Table {
         col("tid", Int32, "", "Thread."),
         col("pid", Int32, "", "Process of the thread."),
         col("comm", Name, "", "Thread name when it was switched in."),
-        col("prio", Int32, "kernel priority", "Kernel priority when it was switched in."),
+        col("prio", Int32, crate::tables::KERNEL_PRIORITY, "Kernel priority when it was switched in."),
         col("end_state", Name, "", "State it left the CPU in (`prev_state` of the ending switch): `R` preempted, `S`, `D`, ... blocked."),
     ],
 };

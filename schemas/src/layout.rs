@@ -46,8 +46,10 @@ pub mod key {
 
 /// How every chunk is encoded, by the recorder and by `hindsight slice`:
 /// delta encoding for the timestamp (consecutive events differ by little),
-/// dictionaries elsewhere, zstd level 3 on top (higher levels gain nothing
-/// here), chunk-level statistics (readers prune by `ts`), the table's sort
+/// dictionaries elsewhere but where they save nothing
+/// ([`a_dictionary_saves_nothing`]), zstd level 3 on top (higher levels
+/// gain nothing here; level 1 wrote a `sched_switch` row 5-20 % faster
+/// and 1-4 % larger, not taken), chunk-level statistics (readers prune by `ts`), the table's sort
 /// key declared, and [`file_metadata`] as key-value metadata. Row groups
 /// end only where the writer flushes: each is one sorted batch.
 pub fn writer_properties(
@@ -77,6 +79,13 @@ pub fn writer_properties(
         .set_column_dictionary_enabled(ts.clone(), false)
         .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
         .set_statistics_enabled(EnabledStatistics::Chunk);
+    for column in table
+        .columns
+        .iter()
+        .filter(|c| a_dictionary_saves_nothing(table, c))
+    {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(column.name), false);
+    }
     if table.group == crate::derived::DERIVED_GROUP {
         // Derived rows are sorted by `ts` only: their ends and durations
         // are near-unique numbers that dictionaries cannot shrink (4x the
@@ -100,6 +109,20 @@ pub fn writer_properties(
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))
         .build()
+}
+
+/// Integer columns that zstd alone packs as small as a dictionary would:
+/// a table's leading sort column (in a row group, runs of one CPU or pid)
+/// and kernel priorities (a few values, nearly all one). A dictionary
+/// costs a hash per row and saved them no bytes: without one, writing a
+/// `sched_switch` or `sched_wakeup` row took 10-14 % less time, with one
+/// thread or 400 switching (BENCHMARKS.md, "Fewer dictionaries").
+/// (Derived tables have their own rule, below.)
+fn a_dictionary_saves_nothing(table: &Table, column: &crate::Column) -> bool {
+    table.group != crate::derived::DERIVED_GROUP
+        && column.kind == crate::ColumnType::Int32
+        && (table.sort_key.first() == Some(&column.name)
+            || column.unit == crate::tables::KERNEL_PRIORITY)
 }
 
 /// File name of a chunk: start time (UTC, sortable) and a sequence number
@@ -169,6 +192,27 @@ pub fn file_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpus_and_priorities_go_without_dictionaries_and_ids_with_them() {
+        let dictionary = |table: &Table, column: &str| {
+            writer_properties(table, "h", "b", "v").dictionary_enabled(&ColumnPath::from(column))
+        };
+        let switch = &crate::tables::SCHED_SWITCH;
+        for column in ["ts", "cpu", "prev_prio", "next_prio"] {
+            assert!(!dictionary(switch, column), "{column}");
+        }
+        for column in ["prev_tid", "next_pid", "prev_comm", "stack_id"] {
+            assert!(dictionary(switch, column), "{column}");
+        }
+        let wakeup = &crate::tables::SCHED_WAKEUP;
+        assert!(!dictionary(wakeup, "prio"));
+        // Not sorted by: a dictionary packs its few values in bits.
+        assert!(dictionary(wakeup, "target_cpu"));
+        assert!(!dictionary(&crate::tables::TASK_STAT, "pid"));
+        // Derived tables have their own rule.
+        assert!(dictionary(&crate::derived::CPU_SLICE, "prio"));
+    }
 
     #[test]
     fn chunk_names_sort_by_time_and_hide_temporaries() {

@@ -144,6 +144,8 @@ use ColumnType::*;
 
 const TS_DOC: &str = "When the event happened, converted from the kernel's boot clock with the offset in recording.json.";
 const CPU_DOC: &str = "CPU the event was recorded on.";
+/// The unit of the kernel's task priorities (`prio` of the sched tracepoints).
+pub const KERNEL_PRIORITY: &str = "kernel priority";
 
 pub static SCHED_SWITCH: Table = Table {
     name: "sched_switch",
@@ -158,11 +160,11 @@ pub static SCHED_SWITCH: Table = Table {
         col("prev_pid", Int32, "", "Process of the thread leaving the CPU (kernel tgid)."),
         col("prev_comm", Name, "", "Name of the thread leaving the CPU, at the time of the switch."),
         col("prev_state", Name, "", "State the leaving thread blocked in, as `ps` shows it: `R` preempted (still runnable), `S` sleeping, `D` uninterruptible, `T` stopped, `t` traced, `X` dead, `Z` zombie, `P` parked, `I` idle kernel thread."),
-        col("prev_prio", Int32, "kernel priority", "Kernel priority of the leaving thread: 0-99 real-time, 100-139 normal (120 = nice 0)."),
+        col("prev_prio", Int32, KERNEL_PRIORITY, "Kernel priority of the leaving thread: 0-99 real-time, 100-139 normal (120 = nice 0)."),
         col("next_tid", Int32, "", "Thread taking the CPU; 0 is the idle task."),
         col("next_pid", Int32, "", "Process of the thread taking the CPU."),
         col("next_comm", Name, "", "Name of the thread taking the CPU."),
-        col("next_prio", Int32, "kernel priority", "Kernel priority of the thread taking the CPU."),
+        col("next_prio", Int32, KERNEL_PRIORITY, "Kernel priority of the thread taking the CPU."),
         nullable("stack_id", Int64, "", "The stack of the thread leaving the CPU, kernel and user (see `stack`); null unless recorded with `--off-cpu-stacks`, for the idle task, or when no stack could be read. Off-CPU time is attributed to it: from this row to the next row where the same thread is `next`."),
     ],
 };
@@ -183,7 +185,7 @@ pub static SCHED_WAKEUP: Table = Table {
         col("waker_tid", Int32, "", "Thread that asked for the wakeup, seen at `sched_waking` in its own context (`sched_wakeup` itself may fire on the woken thread's CPU, from the idle task); in interrupt context, the interrupted thread; for a new task, its parent."),
         col("waker_pid", Int32, "", "Process of `waker_tid`."),
         col("new_task", Bool, "", "True for the first wakeup of a new thread (`sched_wakeup_new`)."),
-        col("prio", Int32, "kernel priority", "Kernel priority of the thread woken."),
+        col("prio", Int32, KERNEL_PRIORITY, "Kernel priority of the thread woken."),
     ],
 };
 

@@ -79,7 +79,7 @@ pub static CPU_TIME: View = View {
         col("tid", Int32, false, "", "Thread."),
         col("pid", Int32, false, "", "Process of the thread."),
         col("comm", Text, false, "", "Thread name when it was switched in."),
-        col("prio", Int32, false, "kernel priority", "Kernel priority when it was switched in."),
+        col("prio", Int32, false, crate::tables::KERNEL_PRIORITY, "Kernel priority when it was switched in."),
         col("end_state", Text, false, "", "State it left the CPU in (`prev_state` of the ending switch): `R` preempted, `S`, `D`, ... blocked."),
     ],
     template: "SELECT {host}ts, ts_end, CAST(ts_end AS BIGINT) - CAST(ts AS BIGINT) AS dur_ns, cpu, tid, pid, comm, prio, end_state
