@@ -3,9 +3,9 @@
 //! records this way (issue 17, BENCHMARKS.md).
 //!
 //! Reads a table's rows from a recording's chunks and writes them again in
-//! memory, with the recorder's writer properties and with its integer
-//! columns left without dictionaries (the alternative the profile asks
-//! about), in interleaved rounds; prints the bytes and the median wall
+//! memory, with the recorder's writer properties, and with its integer
+//! columns left without dictionaries or with zstd's cheapest level (the
+//! alternatives the profile asks about), in interleaved rounds; prints the bytes and the median wall
 //! time per row of each. Single-threaded: on an otherwise idle CPU the
 //! wall time is the CPU time.
 //!
@@ -17,10 +17,13 @@ use std::time::Instant;
 use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterPropertiesBuilder;
 use parquet::schema::types::ColumnPath;
 
 const ROUNDS: usize = 5;
+/// The recorder's row group (`ROW_GROUP_ROWS` in its `sink.rs`).
+const ROW_GROUP_ROWS: usize = 32 * 1024;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -36,7 +39,7 @@ fn main() {
     for path in &args[2..] {
         let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.with_batch_size(16 * 1024).build())
+            .and_then(|b| b.with_batch_size(ROW_GROUP_ROWS).build())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         batches.extend(reader.map(|b| b.expect("a batch")));
     }
@@ -48,20 +51,34 @@ fn main() {
         .filter(|f| matches!(f.data_type(), DataType::Int32 | DataType::Int64))
         .map(|f| f.name().clone())
         .collect();
-    let recorders = |b: WriterPropertiesBuilder| b;
-    let ints_plain = |mut b: WriterPropertiesBuilder| {
-        for column in &ints {
-            b = b.set_column_dictionary_enabled(ColumnPath::from(column.as_str()), false);
-        }
-        b
+    type Config<'a> = Box<dyn Fn(WriterPropertiesBuilder) -> WriterPropertiesBuilder + 'a>;
+    let without_dictionaries = |columns: Vec<String>| -> Config {
+        Box::new(move |mut b: WriterPropertiesBuilder| {
+            for column in &columns {
+                b = b.set_column_dictionary_enabled(ColumnPath::from(column.as_str()), false);
+            }
+            b
+        })
     };
-    let configs: [(
-        &str,
-        &dyn Fn(WriterPropertiesBuilder) -> WriterPropertiesBuilder,
-    ); 2] = [
-        ("recorder's", &recorders),
-        ("ints without dictionaries", &ints_plain),
+    let mut configs: Vec<(String, Config)> = vec![
+        ("recorder's".into(), Box::new(|b| b)),
+        (
+            "ints without dictionaries".into(),
+            without_dictionaries(ints.clone()),
+        ),
+        (
+            "zstd level 1".into(),
+            Box::new(|b: WriterPropertiesBuilder| {
+                b.set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("a level")))
+            }),
+        ),
     ];
+    for column in &ints {
+        configs.push((
+            format!("`{column}` without its dictionary"),
+            without_dictionaries(vec![column.clone()]),
+        ));
+    }
     let mut results = vec![(0usize, Vec::new()); configs.len()];
     for _ in 0..ROUNDS {
         for ((_, config), (bytes, times)) in configs.iter().zip(results.iter_mut()) {
@@ -75,6 +92,8 @@ fn main() {
                 ArrowWriter::try_new(&mut out, schema.clone(), Some(properties)).expect("a writer");
             for batch in &batches {
                 writer.write(batch).expect("written");
+                // A row group per batch, as the recorder writes them.
+                writer.flush().expect("flushed");
             }
             writer.close().expect("closed");
             times.push(start.elapsed().as_nanos() as f64 / rows as f64);
