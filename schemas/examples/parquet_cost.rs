@@ -48,7 +48,12 @@ fn main() {
     let ints: Vec<String> = schema
         .fields()
         .iter()
-        .filter(|f| matches!(f.data_type(), DataType::Int32 | DataType::Int64))
+        .filter(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Int32 | DataType::Int64 | DataType::UInt64
+            )
+        })
         .map(|f| f.name().clone())
         .collect();
     type Config<'a> = Box<dyn Fn(WriterPropertiesBuilder) -> WriterPropertiesBuilder + 'a>;
