@@ -78,7 +78,13 @@ fn main() {
             }),
         ),
     ];
-    for column in &ints {
+    let names: Vec<String> = schema
+        .fields()
+        .iter()
+        .filter(|f| matches!(f.data_type(), DataType::Dictionary(..)))
+        .map(|f| f.name().clone())
+        .collect();
+    for column in ints.iter().chain(&names) {
         configs.push((
             format!("`{column}` without its dictionary"),
             without_dictionaries(vec![column.clone()]),
