@@ -49,8 +49,9 @@ pub mod key {
 /// dictionaries elsewhere but where they save nothing
 /// ([`a_dictionary_saves_nothing`]), zstd level 3 on top (higher levels
 /// gain nothing here; level 1 wrote a `sched_switch` row 5-20 % faster
-/// and 1-4 % larger, not taken), chunk-level statistics (readers prune by `ts`), the table's sort
-/// key declared, and [`file_metadata`] as key-value metadata. Row groups
+/// and 1-4 % larger, not taken), chunk-level statistics (readers prune by
+/// `ts`), the table's sort key declared, and [`file_metadata`] as
+/// key-value metadata. Row groups
 /// end only where the writer flushes: each is one sorted batch.
 pub fn writer_properties(
     table: &Table,
