@@ -77,6 +77,10 @@ fn main() {
                 b.set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("a level")))
             }),
         ),
+        (
+            "one data page a column chunk".into(),
+            Box::new(|b: WriterPropertiesBuilder| b.set_data_page_row_count_limit(usize::MAX)),
+        ),
     ];
     let names: Vec<String> = schema
         .fields()
