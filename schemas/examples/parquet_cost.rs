@@ -3,10 +3,12 @@
 //! records this way (issue 17, BENCHMARKS.md).
 //!
 //! Reads a table's rows from a recording's chunks and writes them again in
-//! memory, with the recorder's writer properties, and with its integer
-//! columns left without dictionaries or with zstd's cheapest level (the
-//! alternatives the profile asks about), in interleaved rounds; prints the bytes and the median wall
-//! time per row of each. Single-threaded: on an otherwise idle CPU the
+//! memory, a row group per 32 Ki rows as the recorder writes them: with
+//! the recorder's writer properties, and with the alternatives the profile
+//! asks about (integer columns without dictionaries, all or one at a time,
+//! name columns one at a time, zstd's cheapest level, one data page a
+//! column chunk), in interleaved rounds; prints the bytes and the median
+//! wall time per row of each. Single-threaded: on an otherwise idle CPU the
 //! wall time is the CPU time.
 //!
 //!     cargo run --release -p hindsight-schemas --example parquet_cost -- \

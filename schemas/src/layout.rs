@@ -51,8 +51,8 @@ pub mod key {
 /// gain nothing here; level 1 wrote a `sched_switch` row 5-20 % faster
 /// and 1-4 % larger, not taken), chunk-level statistics (readers prune by
 /// `ts`), the table's sort key declared, and [`file_metadata`] as
-/// key-value metadata. Row groups
-/// end only where the writer flushes: each is one sorted batch.
+/// key-value metadata. Row groups end only where the writer flushes: each
+/// is one sorted batch.
 pub fn writer_properties(
     table: &Table,
     host: &str,
@@ -80,13 +80,6 @@ pub fn writer_properties(
         .set_column_dictionary_enabled(ts.clone(), false)
         .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
         .set_statistics_enabled(EnabledStatistics::Chunk);
-    for column in table
-        .columns
-        .iter()
-        .filter(|c| a_dictionary_saves_nothing(table, c))
-    {
-        builder = builder.set_column_dictionary_enabled(ColumnPath::from(column.name), false);
-    }
     if table.group == crate::derived::DERIVED_GROUP {
         // Derived rows are sorted by `ts` only: their ends and durations
         // are near-unique numbers that dictionaries cannot shrink (4x the
@@ -105,6 +98,13 @@ pub fn writer_properties(
         }
         builder = builder.set_statistics_enabled(EnabledStatistics::Page);
     } else {
+        for column in table
+            .columns
+            .iter()
+            .filter(|c| a_dictionary_saves_nothing(table, c))
+        {
+            builder = builder.set_column_dictionary_enabled(ColumnPath::from(column.name), false);
+        }
         // A row group's column in one data page (up to its 1 MiB), not one
         // per 20,000 rows: nothing reads these tables by page, and fewer,
         // larger pages took 1-2 % fewer bytes (BENCHMARKS.md, "Fewer
@@ -124,19 +124,18 @@ pub fn writer_properties(
 /// and file offsets (nearly every one new). A dictionary costs a hash per
 /// row: without one, writing a `sched_switch` or `sched_wakeup` row took
 /// 10-14 % less time, a `page_fault` row's address took 14 % fewer bytes
-/// (BENCHMARKS.md, "Fewer dictionaries"). (Derived tables have their own
-/// rule, below.)
+/// (BENCHMARKS.md, "Fewer dictionaries"). Derived tables have their own
+/// rule ([`writer_properties`]).
 fn a_dictionary_saves_nothing(table: &Table, column: &crate::Column) -> bool {
     use crate::ColumnType::{Int32, Int64, UInt64};
-    table.group != crate::derived::DERIVED_GROUP
-        && match column.kind {
-            Int32 | Int64 => {
-                table.sort_key.first() == Some(&column.name)
-                    || column.unit == crate::tables::KERNEL_PRIORITY
-            }
-            UInt64 => true,
-            _ => false,
+    match column.kind {
+        Int32 | Int64 => {
+            table.sort_key.first() == Some(&column.name)
+                || column.unit == crate::tables::KERNEL_PRIORITY
         }
+        UInt64 => true,
+        _ => false,
+    }
 }
 
 /// File name of a chunk: start time (UTC, sortable) and a sequence number
