@@ -20,7 +20,7 @@ use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterPropertiesBuilder;
+use parquet::file::properties::{EnabledStatistics, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 
 const ROUNDS: usize = 5;
@@ -90,6 +90,19 @@ fn main() {
         .filter(|f| matches!(f.data_type(), DataType::Dictionary(..)))
         .map(|f| f.name().clone())
         .collect();
+    let unmeasured = names.clone();
+    configs.push((
+        "names without statistics".into(),
+        Box::new(move |mut b: WriterPropertiesBuilder| {
+            for column in &unmeasured {
+                b = b.set_column_statistics_enabled(
+                    ColumnPath::from(column.as_str()),
+                    EnabledStatistics::None,
+                );
+            }
+            b
+        }),
+    ));
     for column in ints.iter().chain(&names) {
         configs.push((
             format!("`{column}` without its dictionary"),

@@ -105,6 +105,16 @@ pub fn writer_properties(
         {
             builder = builder.set_column_dictionary_enabled(ColumnPath::from(column.name), false);
         }
+        for column in table
+            .columns
+            .iter()
+            .filter(|c| a_min_and_max_prune_nothing(table, c))
+        {
+            builder = builder.set_column_statistics_enabled(
+                ColumnPath::from(column.name),
+                EnabledStatistics::None,
+            );
+        }
         // A row group's column in one data page (up to its 1 MiB), not one
         // per 20,000 rows: nothing reads these tables by page, and fewer,
         // larger pages took 1-2 % fewer bytes (BENCHMARKS.md, "Fewer
@@ -116,6 +126,19 @@ pub fn writer_properties(
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))
         .build()
+}
+
+/// Strings a table is not sorted by: a row group holds threads of every
+/// name, so its least and greatest (`bash` to `systemd`) bracket nearly any
+/// name asked for and skip nothing, while keeping them compares every row's
+/// string twice: writing a `sched_switch` row took 14 % less time without
+/// (BENCHMARKS.md, "Names without statistics"). Strings in the sort key
+/// (`counter.name`) keep theirs, which do skip row groups.
+fn a_min_and_max_prune_nothing(table: &Table, column: &crate::Column) -> bool {
+    matches!(
+        column.kind,
+        crate::ColumnType::Name | crate::ColumnType::Text
+    ) && !table.sort_key.contains(&column.name)
 }
 
 /// Integer columns a dictionary makes no smaller: a table's leading sort
@@ -231,6 +254,25 @@ mod tests {
         assert!(dictionary(&crate::tables::CPU_SAMPLE, "stack_id"));
         // Derived tables have their own rule.
         assert!(dictionary(&crate::derived::CPU_SLICE, "prio"));
+        // Names sorted by keep the statistics that skip row groups.
+        let statistics = |table: &Table, column: &str| {
+            writer_properties(table, "h", "b", "v").statistics_enabled(&ColumnPath::from(column))
+        };
+        assert_eq!(statistics(switch, "prev_comm"), EnabledStatistics::None);
+        assert_eq!(statistics(switch, "prev_state"), EnabledStatistics::None);
+        assert_eq!(statistics(switch, "prev_tid"), EnabledStatistics::Chunk);
+        assert_eq!(
+            statistics(&crate::tables::PROCESS, "cmdline"),
+            EnabledStatistics::None
+        );
+        assert_eq!(
+            statistics(&crate::tables::COUNTER, "name"),
+            EnabledStatistics::Chunk
+        );
+        assert_eq!(
+            statistics(&crate::derived::CPU_SLICE, "ts"),
+            EnabledStatistics::Page
+        );
         // And keep pages a time window can skip.
         let pages =
             |table: &Table| writer_properties(table, "h", "b", "v").data_page_row_count_limit();
