@@ -2,7 +2,7 @@
 //! allocating, and turned into a `RecordBatch` in the column order that
 //! `hindsight_schemas` defines.
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use arrow::{
     array::{
@@ -15,17 +15,50 @@ use arrow::{
 use hindsight_schemas::{tables, Table};
 
 /// A `Name` column (dictionary of strings) of one batch, with its names
-/// interned by their bytes as the kernel sent them: a name seen before in
-/// the batch costs one hash of its bytes (a `comm` is at most 16), not a UTF-8 check, a
-/// search for its NUL and a hash of the string as Arrow's builder does
-/// (the recorder appends two or three names per context switch). The map
-/// is ahash's, seeded at random, as Arrow's own: names are chosen by
-/// whoever runs a program, and a fixed hash could be made to collide.
-#[derive(Debug, Default)]
+/// interned by their bytes as the kernel sent them, not with a UTF-8 check,
+/// a search for its NUL and a hash of the string as Arrow's builder does
+/// (the recorder appends two or three names per context switch).
+///
+/// A name of at most 16 bytes (every `comm`) is looked up first as one
+/// 128-bit word in a small table of the names just seen, which takes no
+/// hash of its bytes and no comparison of slices; the hashing and
+/// comparing of the map below was a tenth of the recorder's CPU under a
+/// context-switch storm. The table only remembers: two names in one of its
+/// entries just go to the map. The map is ahash's, seeded at random, as
+/// Arrow's own: names are chosen by whoever runs a program, and a fixed
+/// hash could be made to collide.
+#[derive(Debug)]
 pub struct NameBuilder {
     keys: Int32Builder,
     values: StringBuilder,
     index: ahash::AHashMap<Box<[u8]>, i32>,
+    /// (name's 16 bytes as sent, its key) of names seen in this batch;
+    /// [`NO_KEY`] where none.
+    recent: [(u128, i32); RECENT_NAMES],
+}
+
+/// Entries of [`NameBuilder`]'s table of names just seen: more than the
+/// threads a CPU switches between in a batch, far fewer than a cache line
+/// per name.
+const RECENT_NAMES: usize = 64;
+const NO_KEY: i32 = -1;
+
+impl Default for NameBuilder {
+    fn default() -> Self {
+        NameBuilder {
+            keys: Int32Builder::default(),
+            values: StringBuilder::default(),
+            index: ahash::AHashMap::default(),
+            recent: [(0, NO_KEY); RECENT_NAMES],
+        }
+    }
+}
+
+/// A name's entry in the table of names just seen: its word's bits mixed
+/// by a multiply, the top ones taken.
+fn recent_slot(word: u128) -> usize {
+    let folded = (word as u64) ^ ((word >> 64) as u64).rotate_left(29);
+    (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT_NAMES.trailing_zeros())) as usize
 }
 
 impl NameBuilder {
@@ -35,20 +68,37 @@ impl NameBuilder {
 
     /// Appends a name given as the kernel keeps it (`comm`): bytes up to
     /// the first NUL; invalid UTF-8 is replaced, as `from_utf8_lossy` does.
-    pub fn append_c_name(&mut self, raw: &[i8]) {
-        let bytes = c_name_bytes(raw);
-        let key = match self.index.get(bytes) {
-            Some(&key) => key,
-            None => self.intern(bytes, &String::from_utf8_lossy(bytes)),
-        };
+    pub fn append_c_name(&mut self, raw: &[i8; 16]) {
+        // SAFETY: i8 and u8 have the same size and alignment.
+        let bytes: &[u8; 16] = unsafe { &*raw.as_ptr().cast::<[u8; 16]>() };
+        // The bytes past the NUL are part of the word: a name sent with
+        // different ones takes another entry, and finds the same key.
+        let word = u128::from_ne_bytes(*bytes);
+        let key = self.recent_key(word).unwrap_or_else(|| {
+            let name = c_name_bytes(raw);
+            let key = self.key_of(name, || String::from_utf8_lossy(name));
+            self.recent[recent_slot(word)] = (word, key);
+            key
+        });
         self.keys.append_value(key);
     }
 
     pub fn append_value(&mut self, name: impl AsRef<str>) {
         let name = name.as_ref();
-        let key = match self.index.get(name.as_bytes()) {
-            Some(&key) => key,
-            None => self.intern(name.as_bytes(), name),
+        let short = (name.len() <= 16).then(|| {
+            let mut bytes = [0u8; 16];
+            bytes[..name.len()].copy_from_slice(name.as_bytes());
+            u128::from_ne_bytes(bytes)
+        });
+        let key = match short.and_then(|word| self.recent_key(word)) {
+            Some(key) => key,
+            None => {
+                let key = self.key_of(name.as_bytes(), || name.into());
+                if let Some(word) = short {
+                    self.recent[recent_slot(word)] = (word, key);
+                }
+                key
+            }
         };
         self.keys.append_value(key);
     }
@@ -64,15 +114,25 @@ impl NameBuilder {
         }
     }
 
-    fn intern(&mut self, bytes: &[u8], name: &str) -> i32 {
+    fn recent_key(&self, word: u128) -> Option<i32> {
+        let (held, key) = self.recent[recent_slot(word)];
+        (held == word && key != NO_KEY).then_some(key)
+    }
+
+    /// The key of the name with these bytes, interned if new.
+    fn key_of<'a>(&mut self, bytes: &[u8], name: impl FnOnce() -> Cow<'a, str>) -> i32 {
+        if let Some(&key) = self.index.get(bytes) {
+            return key;
+        }
         let key = i32::try_from(self.index.len()).expect("fewer names than rows in a batch");
-        self.values.append_value(name);
+        self.values.append_value(name());
         self.index.insert(bytes.into(), key);
         key
     }
 
     fn finish_dictionary(&mut self) -> DictionaryArray<Int32Type> {
         self.index.clear();
+        self.recent = [(0, NO_KEY); RECENT_NAMES];
         name_dictionary(self.keys.finish(), self.values.finish())
     }
 }
@@ -604,6 +664,62 @@ mod tests {
         let next = names.finish();
         assert_eq!(names_of(&next), [Some("next".into())]);
         assert_eq!(next.as_dictionary::<Int32Type>().values().len(), 1);
+    }
+
+    #[test]
+    fn names_sharing_an_entry_of_the_recent_table_keep_their_own_keys() {
+        use arrow::array::AsArray;
+        let comm = |name: &str, after_nul: u8| -> [i8; 16] {
+            let mut raw = [after_nul as i8; 16];
+            for (to, &from) in raw.iter_mut().zip(name.as_bytes()) {
+                *to = from as i8;
+            }
+            raw[name.len()] = 0;
+            raw
+        };
+        let word = |raw: &[i8; 16]| u128::from_ne_bytes(raw.map(|b| b as u8));
+        // Two names whose words take the same entry.
+        let first = comm("worker-0", 0);
+        let second = (1..)
+            .map(|i| comm(&format!("worker-{i}"), 0))
+            .find(|raw| recent_slot(word(raw)) == recent_slot(word(&first)))
+            .unwrap();
+        let mut names = NameBuilder::new();
+        // The first name again with other bytes past its NUL, as a
+        // kernel that does not clear them may send it.
+        let first_again = comm("worker-0", b'x');
+        for raw in [&first, &second, &first, &first_again, &second] {
+            names.append_c_name(raw);
+        }
+        names.append_value("worker-0");
+        let array = names.finish();
+        let dictionary = array.as_dictionary::<Int32Type>();
+        let values = dictionary.values().as_string::<i32>();
+        let got: Vec<&str> = dictionary
+            .keys()
+            .iter()
+            .map(|k| values.value(k.unwrap() as usize))
+            .collect();
+        let second_name = String::from_utf8(
+            second
+                .iter()
+                .take_while(|&&b| b != 0)
+                .map(|&b| b as u8)
+                .collect(),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "worker-0",
+                &second_name,
+                "worker-0",
+                "worker-0",
+                &second_name,
+                "worker-0"
+            ]
+        );
+        assert_eq!(arrow::array::Array::len(values), 2);
     }
 
     #[test]
