@@ -51,7 +51,7 @@ const MAX_IDLE_SLEEP: Duration = Duration::from_secs(1);
 /// How often per-CPU loss counters are read into `loss` rows.
 const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they go to the writer (which gathers
-/// them into row groups of [`crate::sink::ROW_GROUP_ROWS`]): bounds the
+/// them into row groups of [`hindsight_schemas::layout::ROW_GROUP_ROWS`]): bounds the
 /// recorder's memory (about 60 bytes a row) whatever the event rate. The
 /// builders, and the writer's queue, hold up to this many per table.
 pub const BATCH_ROWS: usize = 16 * 1024;

@@ -16,7 +16,7 @@
 //!   file is renamed into place; [`recover_recording`] turns the journals a
 //!   dead recorder left into ordinary sorted chunks.
 //! - Memory is bounded: rows wait for their row group in the sink until
-//!   [`ROW_GROUP_ROWS`] have gathered ([`CPU_SAMPLE_ROW_GROUP_ROWS`] for
+//!   [`layout::ROW_GROUP_ROWS`] have gathered ([`layout::CPU_SAMPLE_ROW_GROUP_ROWS`] for
 //!   `cpu_sample`), then are sorted and encoded at once.
 //! - Within each row group, rows are sorted by the table's sort key (for
 //!   example `cpu, ts`), and the file declares it in its metadata.
@@ -44,33 +44,14 @@ use arrow::{
     datatypes::{Int32Type, Int64Type, TimestampNanosecondType},
     record_batch::RecordBatch,
 };
-use hindsight_schemas::{journal, layout, Table, TABLES};
+use hindsight_schemas::{
+    journal,
+    layout::{self, row_group_rows},
+    Table, TABLES,
+};
 use parquet::{arrow::ArrowWriter, file::properties::WriterProperties};
 
 use crate::private_dir::PrivateDir;
-
-/// Rows gathered (and journaled) before they are sorted and written as one
-/// Parquet row group: large enough for good compression, small enough to
-/// bound the writer's memory (about 60 bytes a row, per table).
-pub const ROW_GROUP_ROWS: usize = 32 * 1024;
-
-/// `cpu_sample`'s bound instead: a minute of 999 Hz on 2 CPUs (120 k
-/// samples) in one row group, so its stack ids' dictionary (8 bytes an id,
-/// hashes that do not compress) is written once a chunk, not four times:
-/// `stack_id` took 1.47-1.54 B a sample against 1.55-1.75 (BENCHMARKS.md,
-/// "Bytes per sample on a steady process"). Its rows are small (six
-/// fixed-width columns and a name's dictionary key), and at the default
-/// 49 Hz a minute of 40 CPUs fits.
-pub const CPU_SAMPLE_ROW_GROUP_ROWS: usize = 128 * 1024;
-
-/// How many rows of `table` make a row group.
-fn row_group_rows(table: &Table) -> usize {
-    if table.name == hindsight_schemas::tables::CPU_SAMPLE.name {
-        CPU_SAMPLE_ROW_GROUP_ROWS
-    } else {
-        ROW_GROUP_ROWS
-    }
-}
 
 /// Who wrote a recording, stamped into every file.
 #[derive(Clone, Debug)]
@@ -397,7 +378,7 @@ impl TableSink {
 
     /// Journals a batch for the open chunk, opening the chunk named
     /// `file_name` when none is open; writes a sorted row group once
-    /// [`ROW_GROUP_ROWS`] have gathered.
+    /// [`layout::ROW_GROUP_ROWS`] have gathered.
     pub fn write(&mut self, batch: &RecordBatch, file_name: &str) -> anyhow::Result<Written> {
         let rows = batch.num_rows() as u64;
         if rows == 0 {
@@ -930,7 +911,9 @@ pub(crate) mod tests {
     fn row_groups_gather_up_to_the_bound_before_they_are_written() {
         let dir = tempfile::tempdir().unwrap();
         let mut sink = sink(dir.path());
-        let big: Vec<(i64, i32)> = (0..ROW_GROUP_ROWS as i64 / 2 + 1).map(|t| (t, 0)).collect();
+        let big: Vec<(i64, i32)> = (0..layout::ROW_GROUP_ROWS as i64 / 2 + 1)
+            .map(|t| (t, 0))
+            .collect();
         for _ in 0..3 {
             sink.write(&switches(&big), "c-000002.parquet").unwrap();
         }
@@ -964,7 +947,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         // Past the other tables' bound, within cpu_sample's: one row group.
-        let rows = ROW_GROUP_ROWS + ROW_GROUP_ROWS / 2;
+        let rows = layout::ROW_GROUP_ROWS + layout::ROW_GROUP_ROWS / 2;
         let mut b = crate::rows::CpuSampleRows::new();
         for i in 0..rows as i64 {
             b.ts.append_value(i);

@@ -3,7 +3,8 @@
 //! records this way (issue 17, BENCHMARKS.md).
 //!
 //! Reads a table's rows from a recording's chunks and writes them again in
-//! memory, a row group per 32 Ki rows as the recorder writes them: with
+//! memory, a row group per 32 Ki rows (128 Ki for `cpu_sample`) as the
+//! recorder writes them (`layout::row_group_rows`): with
 //! the recorder's writer properties, and with the alternatives the profile
 //! asks about (integer columns without dictionaries, all or one at a time,
 //! name columns one at a time, zstd's cheapest level, one data page a
@@ -24,8 +25,6 @@ use parquet::file::properties::{EnabledStatistics, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 
 const ROUNDS: usize = 5;
-/// The recorder's row group (`ROW_GROUP_ROWS` in its `sink.rs`).
-const ROW_GROUP_ROWS: usize = 32 * 1024;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -41,7 +40,10 @@ fn main() {
     for path in &args[2..] {
         let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.with_batch_size(ROW_GROUP_ROWS).build())
+            .and_then(|b| {
+                b.with_batch_size(hindsight_schemas::layout::row_group_rows(table))
+                    .build()
+            })
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         batches.extend(reader.map(|b| b.expect("a batch")));
     }

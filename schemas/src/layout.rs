@@ -44,6 +44,29 @@ pub mod key {
     pub const RECORDER_VERSION: &str = "hindsight.recorder_version";
 }
 
+/// Rows the recorder gathers (and journals) before it sorts them and writes
+/// them as one Parquet row group: large enough for good compression, small enough to
+/// bound the writer's memory (about 60 bytes a row, per table).
+pub const ROW_GROUP_ROWS: usize = 32 * 1024;
+
+/// `cpu_sample`'s bound instead: a minute of 999 Hz on 2 CPUs (120 k
+/// samples) in one row group, so its stack ids' dictionary (8 bytes an id,
+/// hashes that do not compress) is written once a chunk, not four times:
+/// `stack_id` took 1.47-1.54 B a sample against 1.55-1.75 (BENCHMARKS.md,
+/// "Bytes per sample on a steady process"). Its rows are small (six
+/// fixed-width columns and a name's dictionary key), and at the default
+/// 49 Hz a minute of 40 CPUs fits.
+pub const CPU_SAMPLE_ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// How many rows of `table` make a row group of a recorded chunk.
+pub fn row_group_rows(table: &Table) -> usize {
+    if table.name == crate::tables::CPU_SAMPLE.name {
+        CPU_SAMPLE_ROW_GROUP_ROWS
+    } else {
+        ROW_GROUP_ROWS
+    }
+}
+
 /// How every chunk is encoded, by the recorder and by `hindsight slice`:
 /// delta encoding for the timestamp (consecutive events differ by little),
 /// dictionaries elsewhere but where they save nothing
