@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     // top and free them together: glibc's trim threshold (2 MiB once it has
     // adapted) gave them back to the kernel after every row group and took
     // them again page by page, 0.14 GiB of page faults in a 1.3 M event
-    // switch storm, a quarter of the writer's CPU. Keeping 8 MiB of free
+    // switch storm, 17-25 % of the writer's CPU. Keeping 8 MiB of free
     // top of heap stops that without raising the peak (the heap peaked at
     // 14 MiB); a request of 4 MiB or more is still its own mapping, given
     // back as soon as it is freed (fixing one threshold stops glibc

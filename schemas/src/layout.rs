@@ -73,7 +73,8 @@ pub fn row_group_rows(table: &Table) -> usize {
 /// ([`a_dictionary_saves_nothing`]), zstd level 3 on top (higher levels
 /// gain nothing here; level 1 wrote a `sched_switch` row 5-20 % faster
 /// and 1-4 % larger, not taken), chunk-level statistics (readers prune by
-/// `ts`), the table's sort key declared, and [`file_metadata`] as
+/// `ts`) but on names not sorted by ([`a_min_and_max_prune_nothing`]), the
+/// table's sort key declared, and [`file_metadata`] as
 /// key-value metadata. Row groups end only where the writer flushes: each
 /// is one sorted batch.
 pub fn writer_properties(
@@ -155,8 +156,9 @@ pub fn writer_properties(
 /// name, so its least and greatest (`bash` to `systemd`) bracket nearly any
 /// name asked for and skip nothing, while keeping them compares every row's
 /// string twice: writing a `sched_switch` row took 14 % less time without
-/// (BENCHMARKS.md, "Names without statistics"). Strings in the sort key
-/// (`counter.name`) keep theirs, which do skip row groups.
+/// (BENCHMARKS.md, "The writer's heap, names' statistics and the ring
+/// thread's names"). Strings in the sort key (`counter.name`) keep theirs,
+/// which do skip row groups.
 fn a_min_and_max_prune_nothing(table: &Table, column: &crate::Column) -> bool {
     matches!(
         column.kind,
@@ -277,30 +279,37 @@ mod tests {
         assert!(dictionary(&crate::tables::CPU_SAMPLE, "stack_id"));
         // Derived tables have their own rule.
         assert!(dictionary(&crate::derived::CPU_SLICE, "prio"));
-        // Names sorted by keep the statistics that skip row groups.
-        let statistics = |table: &Table, column: &str| {
-            writer_properties(table, "h", "b", "v").statistics_enabled(&ColumnPath::from(column))
-        };
-        assert_eq!(statistics(switch, "prev_comm"), EnabledStatistics::None);
-        assert_eq!(statistics(switch, "prev_state"), EnabledStatistics::None);
-        assert_eq!(statistics(switch, "prev_tid"), EnabledStatistics::Chunk);
-        assert_eq!(
-            statistics(&crate::tables::PROCESS, "cmdline"),
-            EnabledStatistics::None
-        );
-        assert_eq!(
-            statistics(&crate::tables::COUNTER, "name"),
-            EnabledStatistics::Chunk
-        );
-        assert_eq!(
-            statistics(&crate::derived::CPU_SLICE, "ts"),
-            EnabledStatistics::Page
-        );
         // And keep pages a time window can skip.
         let pages =
             |table: &Table| writer_properties(table, "h", "b", "v").data_page_row_count_limit();
         assert_eq!(pages(switch), usize::MAX);
         assert!(pages(&crate::derived::RUNQ_WAIT) < usize::MAX);
+    }
+
+    #[test]
+    fn names_not_sorted_by_go_without_statistics() {
+        let statistics = |table: &Table, column: &str| {
+            writer_properties(table, "h", "b", "v").statistics_enabled(&ColumnPath::from(column))
+        };
+        let switch = &crate::tables::SCHED_SWITCH;
+        assert_eq!(statistics(switch, "prev_comm"), EnabledStatistics::None);
+        assert_eq!(statistics(switch, "prev_state"), EnabledStatistics::None);
+        assert_eq!(statistics(switch, "prev_tid"), EnabledStatistics::Chunk);
+        assert_eq!(statistics(switch, "ts"), EnabledStatistics::Chunk);
+        assert_eq!(
+            statistics(&crate::tables::PROCESS, "cmdline"),
+            EnabledStatistics::None
+        );
+        // Names sorted by keep the statistics that skip row groups.
+        assert_eq!(
+            statistics(&crate::tables::COUNTER, "name"),
+            EnabledStatistics::Chunk
+        );
+        // Derived tables keep their page statistics.
+        assert_eq!(
+            statistics(&crate::derived::CPU_SLICE, "ts"),
+            EnabledStatistics::Page
+        );
     }
 
     #[test]
