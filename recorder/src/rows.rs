@@ -74,31 +74,22 @@ impl NameBuilder {
         // The bytes past the NUL are part of the word: a name sent with
         // different ones takes another entry, and finds the same key.
         let word = u128::from_ne_bytes(*bytes);
-        let key = self.recent_key(word).unwrap_or_else(|| {
-            let name = c_name_bytes(raw);
-            let key = self.key_of(name, || String::from_utf8_lossy(name));
-            self.recent[recent_slot(word)] = (word, key);
-            key
-        });
+        let key = self.key_of_word(word, || c_name_bytes(raw), String::from_utf8_lossy);
         self.keys.append_value(key);
     }
 
     pub fn append_value(&mut self, name: impl AsRef<str>) {
         let name = name.as_ref();
-        let short = (name.len() <= 16).then(|| {
+        let key = if name.len() <= 16 {
             let mut bytes = [0u8; 16];
             bytes[..name.len()].copy_from_slice(name.as_bytes());
-            u128::from_ne_bytes(bytes)
-        });
-        let key = match short.and_then(|word| self.recent_key(word)) {
-            Some(key) => key,
-            None => {
-                let key = self.key_of(name.as_bytes(), || name.into());
-                if let Some(word) = short {
-                    self.recent[recent_slot(word)] = (word, key);
-                }
-                key
-            }
+            self.key_of_word(
+                u128::from_ne_bytes(bytes),
+                || name.as_bytes(),
+                |_| name.into(),
+            )
+        } else {
+            self.key_of(name.as_bytes(), || name.into())
         };
         self.keys.append_value(key);
     }
@@ -114,9 +105,25 @@ impl NameBuilder {
         }
     }
 
-    fn recent_key(&self, word: u128) -> Option<i32> {
-        let (held, key) = self.recent[recent_slot(word)];
-        (held == word && key != NO_KEY).then_some(key)
+    /// The key of the name whose 16 bytes are `word`: from the table of
+    /// names just seen, else from the map by its `bytes` (interned as
+    /// `name` of them if new), and remembered in the table.
+    fn key_of_word<'a>(
+        &mut self,
+        word: u128,
+        bytes: impl FnOnce() -> &'a [u8],
+        name: impl FnOnce(&'a [u8]) -> Cow<'a, str>,
+    ) -> i32 {
+        let slot = recent_slot(word);
+        match self.recent[slot] {
+            (held, key) if held == word && key != NO_KEY => key,
+            _ => {
+                let bytes = bytes();
+                let key = self.key_of(bytes, || name(bytes));
+                self.recent[slot] = (word, key);
+                key
+            }
+        }
     }
 
     /// The key of the name with these bytes, interned if new.

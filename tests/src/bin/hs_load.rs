@@ -104,14 +104,12 @@ fn touch(pages: usize, pause: Duration) -> serde_json::Value {
 }
 
 /// Pages of `pages` (addresses) per NUMA node, as `move_pages` finds them,
-/// and how many it found on none, by the status it gave them: a page the
+/// and how many it found on none, per status it gave them: a page the
 /// kernel is migrating at that moment has a migration entry, not a node
 /// (`-ENOENT`), so a pass that meets one waits a little and asks again
 /// before counting it as such. (CI once saw 19,456 of 32,768 pages on no
 /// node after a second of asking; their statuses say why next time.)
-fn pages_per_node(
-    pages: &[*mut libc::c_void],
-) -> (Vec<u64>, u64, std::collections::BTreeMap<i32, u64>) {
+fn pages_per_node(pages: &[*mut libc::c_void]) -> (Vec<u64>, std::collections::BTreeMap<i32, u64>) {
     let mut status = vec![0i32; pages.len()];
     for _attempt in 0..50 {
         // SAFETY: move_pages with no target nodes only reports the node of
@@ -134,11 +132,9 @@ fn pages_per_node(
         thread::sleep(Duration::from_millis(20));
     }
     let mut per_node = Vec::new();
-    let mut on_no_node = 0;
     let mut statuses = std::collections::BTreeMap::new();
     for &node in &status {
         let Ok(node) = usize::try_from(node) else {
-            on_no_node += 1;
             *statuses.entry(node).or_insert(0) += 1;
             continue;
         };
@@ -147,7 +143,7 @@ fn pages_per_node(
         }
         per_node[node] += 1;
     }
-    (per_node, on_no_node, statuses)
+    (per_node, statuses)
 }
 
 fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
@@ -188,7 +184,7 @@ fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
         }
     };
     write_all(1);
-    let (before, on_no_node_before, _) = pages_per_node(&pages);
+    let (before, no_node_before) = pages_per_node(&pages);
     policy(MPOL_DEFAULT, 0);
     let started = Instant::now();
     let mut passes = 0u64;
@@ -196,15 +192,15 @@ fn numa_stray(mib: usize, seconds: f64) -> serde_json::Value {
         passes += 1;
         write_all(passes as u8);
     }
-    let (after, on_no_node_after, no_node_statuses_after) = pages_per_node(&pages);
+    let (after, no_node_after) = pages_per_node(&pages);
     serde_json::json!({
         "pages": pages.len(),
         "passes": passes,
         "on_node_before": before,
         "on_node_after": after,
-        "on_no_node_before": on_no_node_before,
-        "on_no_node_after": on_no_node_after,
-        "no_node_statuses_after": no_node_statuses_after
+        "on_no_node_before": no_node_before.values().sum::<u64>(),
+        "on_no_node_after": no_node_after.values().sum::<u64>(),
+        "no_node_statuses_after": no_node_after
             .iter()
             .map(|(status, pages)| (status.to_string(), serde_json::Value::from(*pages)))
             .collect::<serde_json::Map<_, _>>(),
