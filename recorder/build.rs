@@ -15,6 +15,8 @@ fn main() {
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
     let vmlinux_dir = bpf_dir.join("vmlinux").join(&arch);
     println!("cargo:rerun-if-env-changed=CLANG");
+    // Relative relocations packed, as the analyzer's (analyzer/build.rs).
+    println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     for header in HEADERS {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(header).display());
     }
