@@ -137,8 +137,9 @@ pub struct Args {
 
     /// With --events sched: record the stack of every thread leaving a CPU
     /// (sched_switch.stack_id), for off-CPU flame graphs. Off by default: on a
-    /// switch storm, a stack on every switch added 3.49 µs to the switch and 4.35 µs
-    /// of recorder CPU per event (1.74 µs and 1.55 µs with --unwind fp; BENCHMARKS.md).
+    /// switch storm, a stack on every switch added 4.76 µs to the switch and 5.52 µs
+    /// of recorder CPU per event (4.00 µs and 1.86 µs with --unwind fp, perf -g 3.98 µs;
+    /// BENCHMARKS.md).
     #[arg(long)]
     pub off_cpu_stacks: bool,
 
