@@ -35,6 +35,13 @@
 #   perf-jit-host, perf-jit-container  perf record -F 499 -a -g (perf report reads maps when it runs)
 # Per run: the JVM's samples whose leaf each tool names as either method,
 # their ratio, and their share of the JVM main thread's CPU time x 499.
+# Part 5, a real parallel build: `make -j<CPUs>` from clean of every C file of
+# zstd's library, libbpf and zlib (the C sources of this tree's zstd-sys and
+# libbpf-sys in Cargo's registry), `cc -O2 -g`, one object each, under:
+#   bare-build  nothing recording (the build's own time)
+#   hs-build    hindsight-record at the defaults (every always-on group)
+#   perf-build  perf record -F 49 -a -g
+# with part 3's figures per run, over the build's processes (cc, cc1, as, ...).
 # Per run (part 3): samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
 # of those processes' user frames named (hindsight's frame table; perf
@@ -54,7 +61,7 @@
 # Run as root from anywhere (it builds the release recorder first):
 #   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
 #   bench/stacks.sh -r 3 -d 10 -l 200000
-#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit)
+#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit,build)
 # Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -k/--keep, --no-build.
 # Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
 set -euo pipefail
@@ -64,7 +71,7 @@ DURATION=${DURATION:-20}
 LOOPS=${LOOPS:-300000}
 KEEP=0
 BUILD=1
-PARTS=sampling,storm,churn,jit
+PARTS=sampling,storm,churn,jit,build
 
 die() {
     echo "stacks.sh: $*" >&2
@@ -224,21 +231,73 @@ churn() { # DURATION seconds; prints the processes started
     done | awk '{ s += $1 } END { print s }'
 }
 
-run_churn() {
-    local r=$1 config=$2 out=$tmp/$2-$1 c0 c1 t0 t1 started events bytes named=- opened=- busy=-
+# Part 5: a real parallel build, `make -j<CPUs>` from clean of every C file of
+# zstd's library, libbpf and zlib (the sources Cargo fetched for this tree's
+# zstd-sys and libbpf-sys), `cc -O2 -g`, one object each: short-lived cc, cc1
+# and as processes, a few hundred of them.
+BUILD_COMMS='cc|cc1|as|make|sh|mkdir'
+locked_crate() { # NAME: the directory of this tree's version of crate NAME in Cargo's registry
+    local version
+    version=$(awk -v n="name = \"$1\"" '$0 == n { getline; gsub(/version = |"/, ""); print; exit }' "$root/Cargo.lock")
+    ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$1-$version" 2>/dev/null | head -1
+}
+build_makefile() { # writes $tmp/build.mk
+    local zstd libbpf
+    zstd=$(locked_crate zstd-sys)/zstd/lib
+    libbpf=$(locked_crate libbpf-sys)
+    [[ -d $zstd && -d $libbpf/libbpf/src && -d $libbpf/zlib ]] ||
+        die "part build compiles zstd-sys's and libbpf-sys's C sources from Cargo's registry: run cargo fetch"
+    cat >"$tmp/build.mk" <<MAKEFILE
+ZSTD := \$(wildcard $zstd/common/*.c $zstd/compress/*.c $zstd/decompress/*.c $zstd/dictBuilder/*.c)
+LIBBPF := \$(wildcard $libbpf/libbpf/src/*.c)
+ZLIB := \$(wildcard $libbpf/zlib/*.c)
+OBJS := \$(patsubst $zstd/%.c,\$(OBJ)/zstd/%.o,\$(ZSTD)) \$(patsubst $libbpf/libbpf/src/%.c,\$(OBJ)/libbpf/%.o,\$(LIBBPF)) \$(patsubst $libbpf/zlib/%.c,\$(OBJ)/zlib/%.o,\$(ZLIB))
+all: \$(OBJS)
+\$(OBJ)/zstd/%.o: $zstd/%.c
+	@mkdir -p \$(dir \$@)
+	cc -O2 -g -DZSTD_DISABLE_ASM -I$zstd -I$zstd/common -c \$< -o \$@
+\$(OBJ)/libbpf/%.o: $libbpf/libbpf/src/%.c
+	@mkdir -p \$(dir \$@)
+	cc -O2 -g -D_LARGEFILE64_SOURCE -D_FILE_OFFSET_BITS=64 -I$libbpf/libbpf/include -I$libbpf/libbpf/include/uapi -c \$< -o \$@
+\$(OBJ)/zlib/%.o: $libbpf/zlib/%.c
+	@mkdir -p \$(dir \$@)
+	cc -O2 -g -c \$< -o \$@
+MAKEFILE
+}
+build() { # prints the pids the build allocated (its processes and threads, and anyone else's meanwhile)
+    local first last max
+    rm -rf "$tmp/build-obj"
+    max=$(cat /proc/sys/kernel/pid_max)
+    first=$(cut -d ' ' -f 5 /proc/loadavg)
+    make -s -j"$(nproc)" -f "$tmp/build.mk" OBJ="$tmp/build-obj" >/dev/null 2>"$tmp/build.err" ||
+        die "the build failed: $(tail -5 "$tmp/build.err")"
+    last=$(cut -d ' ' -f 5 /proc/loadavg)
+    echo $(((last - first + max) % max))
+}
+
+# Parts 3 and 5: one run of a workload of short-lived processes (churn or
+# build) under CONFIG (hs-*, perf-*, or bare-* with nothing recording), its
+# figures appended to $churn_results. COMMS: the workload's programs, whose
+# user frames' names are counted.
+run_procs() { # ROUND CONFIG WORKLOAD COMMS
+    local r=$1 config=$2 workload=$3 comms=$4 out=$tmp/$2-$1 c0=0 c1=0 t0 t1 started
+    local events=- bytes=- named=- opened=- busy=- sql_comms
+    sql_comms="'$(sed "s/|/', '/g" <<<"$comms")'"
     case $config in
     # counters too: the recorder's own counters (modules_opened) are there.
     hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu,counters ;;
-    perf-churn) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
+    # A build at the defaults (every always-on group), as a host records it.
+    hs-build) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" ;;
+    perf-*) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
     esac
     t0=$(date +%s.%N)
-    c0=$(cpu_seconds "$tool_pid")
-    started=$(churn)
-    c1=$(cpu_seconds "$tool_pid")
+    if [[ -n $tool_pid ]]; then c0=$(cpu_seconds "$tool_pid"); fi
+    started=$($workload)
+    if [[ -n $tool_pid ]]; then c1=$(cpu_seconds "$tool_pid"); fi
     t1=$(date +%s.%N)
-    stop_tool
+    if [[ -n $tool_pid ]]; then stop_tool; fi
     case $config in
-    hs-churn)
+    hs-*)
         events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }')
         bytes=$(cat "$out"/{cpu_sample,stack,frame}/*.parquet | wc -c)
         if [[ -x $root/target/release/hindsight ]]; then
@@ -246,29 +305,29 @@ run_churn() {
                 "SELECT round(100.0 * count(f.function) / count(*), 2) FROM cpu_sample s
                    JOIN stack k ON k.stack_id = s.stack_id JOIN frame f ON f.frame_id = k.frame_id
                  WHERE CAST(f.kind AS VARCHAR) = 'user' AND f.module IS NOT NULL
-                   AND CAST(s.comm AS VARCHAR) IN ('sha256sum', 'gzip', 'sort', 'awk', 'python3')" | tail -1)
+                   AND CAST(s.comm AS VARCHAR) IN ($sql_comms)" | tail -1)
             opened=$("$root/target/release/hindsight" sql "$out" -f csv \
                 "SELECT max(value) FROM counter WHERE source = 'recorder' AND name = 'modules_opened'" | tail -1)
             busy=$("$root/target/release/hindsight" sql "$out" -f csv \
                 "SELECT round(max(value) / 1000.0, 1) FROM counter WHERE source = 'recorder' AND name = 'longest_busy_us'" | tail -1)
         fi
         ;;
-    perf-churn)
+    perf-*)
         events=$(perf report -i "$out.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')
         bytes=$(wc -c <"$out.data")
         # The same share as hindsight's: user frames (not the kernel's) of
         # those processes' samples that perf names.
-        named=$(perf script -i "$out.data" -F comm,ip,sym,dso 2>/dev/null | awk '
+        named=$(perf script -i "$out.data" -F comm,ip,sym,dso 2>/dev/null | awk -v comms="^($comms)\$" '
             /^[^\t ]/ { comm = $1; next }
-            /^\t/ && comm ~ /^(sha256sum|gzip|sort|awk|python3)$/ && !/kernel\.kallsyms/ { n++; if (!/\[unknown\]/) named++ }
+            /^\t/ && comm ~ comms && !/kernel\.kallsyms/ { n++; if (!/\[unknown\]/) named++ }
             END { if (n) printf "%.2f", 100 * named / n; else print "-" }')
         ;;
     esac
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$config" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
         "$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.3f", b - a }')" \
-        "${events:-0}" "$bytes" "$started" "$named" "$opened" "${busy:--}" >>"$churn_results"
-    echo "  $r $config events=${events:-0} bytes=$bytes started=$started named=$named% opened=$opened longest_busy_ms=$busy" >&2
+        "${events:--}" "$bytes" "$started" "$named" "$opened" "$busy" >>"$churn_results"
+    echo "  $r $config events=$events bytes=$bytes started=$started named=$named% opened=$opened longest_busy_ms=$busy" >&2
     ((KEEP)) || rm -rf "$out" "$out.data"
 }
 
@@ -383,8 +442,11 @@ printf '#round\tconfig\tseconds\ttool_cpu_s\tsamples\tbytes\tprocesses\tnamed_pc
 if part churn; then
     head -c $((4 << 20)) /dev/urandom >"$blob"
     seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
+fi
+if part churn || part build; then
     [[ -x $root/target/release/hindsight ]] || echo "no target/release/hindsight: named % and modules opened are not read" >&2
 fi
+if part build; then build_makefile; fi
 if part jit; then
     command -v javac >/dev/null || apt-get install -y default-jdk-headless
     [[ -x $root/target/release/hindsight ]] || die "part jit reads hindsight's recordings with target/release/hindsight: build it"
@@ -408,8 +470,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
         for config in bare hs-sched hs-offcpu hs-offcpu-fp perf-sched-g; do run_storm "$round" "$config"; done
     fi
     if part churn; then
-        for config in hs-churn perf-churn; do run_churn "$round" "$config"; done
+        for config in hs-churn perf-churn; do run_procs "$round" "$config" churn "$CHURN_COMMS"; done
         run_churn_both "$round"
+    fi
+    if part build; then
+        for config in bare-build hs-build perf-build; do run_procs "$round" "$config" build "$BUILD_COMMS"; done
     fi
     if part jit; then
         for config in $JIT_CONFIGS; do run_jit "$round" "$config"; done
@@ -451,24 +516,34 @@ for c in bare hs-sched hs-offcpu hs-offcpu-fp perf-sched-g; do
     echo "| $c | $us | $(awk -v u="$us" -v b="$bare" 'BEGIN { printf "%.2f", (u - b) / 2 }') | $cpu | $n | $(awk -v c="$cpu" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", 1e6 * c / n; else print "-" }') |"
 done
 fi
-if part churn; then
-    cmedian() { # column N of config C in the churn results
-        awk -v c="$1" -v n="$2" '$2 == c && $n != "-" { print $n }' "$churn_results" | sort -g |
-            awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-    }
-    echo
-    echo "Stacks where processes come and go (a loop per CPU starting sha256sum, gzip, sort, awk and python3), ${DURATION} s per run, 49 Hz:"
-    echo
-    echo "| config | processes | samples | bytes on disk | bytes per sample | tool CPU s | % of one CPU | user frames named | modules opened | longest undrained ms |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    for c in hs-churn perf-churn; do
+cmedian() { # column N of config C in the churn and build results
+    awk -v c="$1" -v n="$2" '$2 == c && $n != "-" { print $n }' "$churn_results" | sort -g |
+        awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+procs_table() { # CONFIG...: parts 3 and 5's medians, one row per config
+    echo "| config | seconds | processes | samples | bytes on disk | bytes per sample | tool CPU s | % of one CPU | user frames named | modules opened | longest undrained ms |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    local c n b cpu secs named
+    for c in "$@"; do
         n=$(cmedian "$c" 5)
         b=$(cmedian "$c" 6)
         cpu=$(cmedian "$c" 4)
         secs=$(cmedian "$c" 3)
         named=$(cmedian "$c" 8)
-        echo "| $c | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) | $(cmedian "$c" 10) |"
+        echo "| $c | $secs | $(cmedian "$c" 7) | $n | $b | $(awk -v b="$b" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", b / n; else print "-" }') | $cpu | $(awk -v c="$cpu" -v s="$secs" 'BEGIN { printf "%.2f", 100 * c / s }') | $([[ $named == - ]] && echo - || echo "$named %") | $(cmedian "$c" 9) | $(cmedian "$c" 10) |"
     done
+}
+if part churn; then
+    echo
+    echo "Stacks where processes come and go (a loop per CPU starting sha256sum, gzip, sort, awk and python3), ${DURATION} s per run, 49 Hz:"
+    echo
+    procs_table hs-churn perf-churn
+fi
+if part build; then
+    echo
+    echo "A parallel build (make -j$(nproc), cc -O2 -g, every C file of zstd's library, libbpf and zlib, from clean); hindsight at the defaults, perf at 49 Hz; processes: pids allocated during the build:"
+    echo
+    procs_table bare-build hs-build perf-build
 fi
 if part churn; then
     echo
@@ -501,6 +576,6 @@ echo "Raw results (one line per run):"
 echo
 echo '```'
 if part sampling || part storm; then column -t "$results"; fi
-if part churn; then column -t "$churn_results"; fi
+if part churn || part build; then column -t "$churn_results"; fi
 if part jit; then column -t "$jit_results"; fi
 echo '```'
