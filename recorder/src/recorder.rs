@@ -1163,6 +1163,9 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 };
                 let (polled, woke) = ring.wait_and_drain(timeout);
                 busy_since = Some(woke);
+                if let Some(stacks) = &mut collector.borrow_mut().stacks {
+                    stacks.wake_symbolizer();
+                }
                 backlog = polled >= DRAIN_BUDGET as i32;
                 polled
             }

@@ -25,12 +25,12 @@
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
-    sync::mpsc::{SyncSender, TrySendError},
     time::{Duration, Instant},
 };
 
 use crate::{
     rows::{FrameRows, StackRows},
+    symbolize::FrameRequests,
     unwind::{ProcessUnwinder, StackCopy, Unwinders},
 };
 
@@ -388,7 +388,9 @@ pub struct StackInterner {
     build_ids: HashMap<String, Option<String>>,
     written_stacks: HashSet<i64>,
     sent_frames: HashSet<i64>,
-    symbolizer: SyncSender<FrameRow>,
+    symbolizer: FrameRequests,
+    /// Frames queued since the symbolizer was last woken.
+    queued: bool,
     /// Frames written unnamed because the symbolizer's queue was full.
     pub unnamed: u64,
     frame_ids: Vec<i64>,
@@ -404,14 +406,15 @@ pub struct StackInterner {
 }
 
 impl StackInterner {
-    pub fn new(proc_root: &Path, symbolizer: SyncSender<FrameRow>) -> Self {
+    pub fn new(proc_root: &Path, symbolizer: impl Into<FrameRequests>) -> Self {
         StackInterner {
             proc_root: proc_root.to_path_buf(),
             processes: HashMap::new(),
             build_ids: HashMap::new(),
             written_stacks: HashSet::new(),
             sent_frames: HashSet::new(),
-            symbolizer,
+            symbolizer: symbolizer.into(),
+            queued: false,
             unnamed: 0,
             frame_ids: Vec::new(),
             unwinders: Unwinders::default(),
@@ -419,6 +422,14 @@ impl StackInterner {
             own_mount_namespace: std::fs::read_link(proc_root.join("self/ns/mnt")).ok(),
             procmap_query: true,
             proc_text: Vec::new(),
+        }
+    }
+
+    /// Wakes the symbolizer for the frames queued since it was last woken:
+    /// once a drain, not once a frame ([`FrameRequests`]).
+    pub fn wake_symbolizer(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            self.symbolizer.wake();
         }
     }
 
@@ -565,8 +576,13 @@ impl StackInterner {
     /// named row of a frame over an unnamed one. Whether it was queued.
     fn send(&mut self, row: FrameRow, frames: &mut FrameRows) -> bool {
         match self.symbolizer.try_send(row) {
-            Ok(()) => true,
-            Err(TrySendError::Full(row) | TrySendError::Disconnected(row)) => {
+            None => {
+                self.queued = true;
+                true
+            }
+            Some(row) => {
+                // Behind: it may be waiting for the end of this drain.
+                self.symbolizer.wake();
                 self.unnamed += 1;
                 self.sent_frames.remove(&row.frame_id);
                 frames.push(&row);
@@ -900,6 +916,56 @@ mod tests {
         assert_eq!(after, (Vec::new(), Vec::new()));
     }
 
+    /// Whether this thread was woken (unparked) since it last parked:
+    /// a wake is remembered, and the next park returns at once.
+    fn was_woken() -> bool {
+        let asked = Instant::now();
+        std::thread::park_timeout(Duration::from_millis(300));
+        asked.elapsed() < Duration::from_millis(150)
+    }
+
+    /// New frames wake the symbolizer when the drain that found them ends,
+    /// not one by one; a drain with no new frame wakes nothing.
+    #[test]
+    fn queued_frames_wake_the_symbolizer_once_a_drain() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let root = tempfile::tempdir().unwrap();
+        fake_process(
+            root.path(),
+            7,
+            "1000-3000 r-xp 00000000 08:01 7 /nonexistent/app\n",
+        );
+        // This thread stands for the symbolizer.
+        let requests = FrameRequests::waking(tx, std::thread::current());
+        let mut interner = StackInterner::new(root.path(), requests);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let running = Running {
+            pid: 7,
+            program: Program::default(),
+        };
+        interner.intern(
+            running,
+            &[0xffff_1000],
+            &[0x1010, 0x2020],
+            &mut stacks,
+            &mut frames,
+        );
+        assert_eq!(rx.try_iter().count(), 3, "every new frame queued");
+        assert!(!was_woken(), "queued frames wake no one by themselves");
+        interner.wake_symbolizer();
+        assert!(was_woken());
+        // Nothing new since: no wake.
+        interner.intern(
+            running,
+            &[0xffff_1000],
+            &[0x1010, 0x2020],
+            &mut stacks,
+            &mut frames,
+        );
+        interner.wake_symbolizer();
+        assert!(!was_woken());
+    }
+
     #[test]
     fn a_stack_and_its_frames_are_written_once() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -1065,7 +1131,9 @@ mod tests {
     }
 
     /// A JIT (pid 11): its binary, and anonymous executable memory.
-    fn jvm(symbolizer: SyncSender<FrameRow>) -> (tempfile::TempDir, StackInterner, Running) {
+    fn jvm(
+        symbolizer: std::sync::mpsc::SyncSender<FrameRow>,
+    ) -> (tempfile::TempDir, StackInterner, Running) {
         let root = tempfile::tempdir().unwrap();
         fake_process(
             root.path(),

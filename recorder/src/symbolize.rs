@@ -21,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
-        mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError},
+        mpsc::{sync_channel, Receiver, Sender, SyncSender, TryRecvError, TrySendError},
         Arc, OnceLock,
     },
     thread::JoinHandle,
@@ -210,10 +210,70 @@ fn name_user_frame(
     }
 }
 
+/// Frames queued for the symbolizer thread, which they do not wake:
+/// [`FrameRequests::wake`] does, once the ring thread has queued a drain's
+/// new frames. Woken by every frame, the symbolizer took the CPU from the
+/// ring thread mid-drain once per frame: during a parallel build (49 Hz,
+/// 2 CPUs busy) it blocked 3,503 times in 18 s against the ring thread's
+/// 530 waits, and the ring thread was preempted 3,131 times
+/// (BENCHMARKS.md, "A parallel build").
+#[derive(Clone)]
+pub struct FrameRequests {
+    queue: SyncSender<FrameRow>,
+    /// None for a queue no thread reads on its own (tests).
+    symbolizer: Option<std::thread::Thread>,
+}
+
+impl FrameRequests {
+    /// Queues `row` without waking the symbolizer; gives it back when the
+    /// queue is full or the symbolizer gone.
+    #[must_use]
+    pub fn try_send(&self, row: FrameRow) -> Option<FrameRow> {
+        match self.queue.try_send(row) {
+            Ok(()) => None,
+            Err(TrySendError::Full(row) | TrySendError::Disconnected(row)) => Some(row),
+        }
+    }
+
+    /// Queues `row`, waiting while the queue is full, and wakes the
+    /// symbolizer; false when it is gone.
+    pub fn send(&self, row: FrameRow) -> bool {
+        let sent = self.queue.send(row).is_ok();
+        self.wake();
+        sent
+    }
+
+    /// Has the symbolizer look at its queue (at once if it is waiting).
+    pub fn wake(&self) {
+        if let Some(thread) = &self.symbolizer {
+            thread.unpark();
+        }
+    }
+}
+
+impl FrameRequests {
+    /// Requests on `queue` that wake `symbolizer`.
+    pub fn waking(queue: SyncSender<FrameRow>, symbolizer: std::thread::Thread) -> Self {
+        FrameRequests {
+            queue,
+            symbolizer: Some(symbolizer),
+        }
+    }
+}
+
+impl From<SyncSender<FrameRow>> for FrameRequests {
+    fn from(queue: SyncSender<FrameRow>) -> Self {
+        FrameRequests {
+            queue,
+            symbolizer: None,
+        }
+    }
+}
+
 /// Names frames on its own thread. Dropping the sender side ends it after
 /// the queue is empty; [`SymbolizerThread::join`] waits for that.
 pub struct SymbolizerThread {
-    pub requests: SyncSender<FrameRow>,
+    pub requests: FrameRequests,
     pub named: Receiver<FrameRow>,
     /// Perf maps refused so far (not regular, not the process's own, too big).
     pub perf_maps_refused: Arc<AtomicU64>,
@@ -253,7 +313,7 @@ impl SymbolizerThread {
             .name("hs-symbolize".into())
             .spawn(move || run(queue, named_tx, &kallsyms_path, perf_maps, opened, stopping))?;
         Ok(SymbolizerThread {
-            requests,
+            requests: FrameRequests::waking(requests, handle.thread().clone()),
             named,
             perf_maps_refused,
             modules_opened,
@@ -277,6 +337,8 @@ impl SymbolizerThread {
     pub fn join(self, grace: Duration) -> Receiver<FrameRow> {
         self.stop_naming_after(grace);
         drop(self.requests);
+        // Off its wait, to find the queue closed.
+        self.handle.thread().unpark();
         let _ = self.handle.join();
         self.named
     }
@@ -917,18 +979,16 @@ fn run(
         if !send_named_jit_frames(&mut perf_maps, false) {
             return;
         }
-        let received = match queue.try_recv() {
-            Ok(row) => Ok(row),
-            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+        let mut row = match queue.try_recv() {
+            Ok(row) => row,
             Err(TryRecvError::Empty) => {
                 modules.release_between_bursts();
-                queue.recv_timeout(Duration::from_secs(1))
+                // Until FrameRequests::wake, or a second for the JIT
+                // frames waiting and the idle release.
+                std::thread::park_timeout(Duration::from_secs(1));
+                continue;
             }
-        };
-        let mut row = match received {
-            Ok(row) => row,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(TryRecvError::Disconnected) => {
                 send_named_jit_frames(&mut perf_maps, true);
                 return;
             }
@@ -1152,7 +1212,7 @@ mod tests {
         // through our maps and file offset, is named by the thread.
         let thread = SymbolizerThread::start(Path::new("/proc")).unwrap();
         let address = the_recorder_names_its_own_code as *const () as u64;
-        thread.requests.send(own_frame(address)).unwrap();
+        assert!(thread.requests.send(own_frame(address)));
         let named = thread.join(NAMING_AT_STOP).recv().unwrap();
         let function = named.function.unwrap_or_default();
         assert!(
@@ -1171,10 +1231,10 @@ mod tests {
         thread.stop_naming_after(Duration::ZERO);
         let address = the_recorder_names_its_own_code as *const () as u64;
         for i in 0..100 {
-            thread.requests.send(own_frame(address + i)).unwrap();
+            assert!(thread.requests.send(own_frame(address + i)));
         }
         let kernel = FrameRow::unnamed(2, true, kernel_address, 0);
-        thread.requests.send(kernel).unwrap();
+        assert!(thread.requests.send(kernel));
         let unnamed_at_stop = Arc::clone(&thread.frames_unnamed_at_stop);
         let rows: Vec<FrameRow> = thread.join(Duration::ZERO).iter().collect();
         assert_eq!(rows.len(), 101);
