@@ -767,7 +767,11 @@ impl PerfMaps {
 /// blazesym and the modules it holds, let go of when idle or over budget.
 struct Modules {
     symbolizer: Symbolizer,
-    open: HashSet<String>,
+    /// The modules open, each with the build id of the frame it was opened
+    /// for: blazesym does not look at a file again once open (see
+    /// [`new_symbolizer`]), so a frame of another build id at the same path
+    /// (the file replaced by an upgrade) has every module opened afresh.
+    open: HashMap<String, Option<String>>,
     /// Per module path: how its frames are named.
     namings: HashMap<String, ModuleFacts>,
     /// Per build id, the path its module was opened by: the same binary
@@ -794,7 +798,7 @@ impl Modules {
             resident,
             opened: Arc::default(),
             symbolizer: new_symbolizer(),
-            open: HashSet::new(),
+            open: HashMap::new(),
             namings: HashMap::new(),
             by_build_id: HashMap::new(),
             last_user_frame: Instant::now(),
@@ -810,7 +814,7 @@ impl Modules {
             // The frame's own path (nothing to check), or another that is
             // open and still there: a gone process's root is not.
             Some(open)
-                if open == path || (self.open.contains(open) && Path::new(open).exists()) =>
+                if open == path || (self.open.contains_key(open) && Path::new(open).exists()) =>
             {
                 open.clone()
             }
@@ -825,12 +829,19 @@ impl Modules {
             }
         };
         let path = path.as_str();
-        let opening = !self.open.contains(path);
+        if let (Some(id), Some(Some(opened_as))) = (build_id, self.open.get(path)) {
+            if id != opened_as {
+                self.release();
+                self.namings.remove(path);
+            }
+        }
+        let opening = !self.open.contains_key(path);
         if opening {
             if self.open.len() >= MAX_OPEN_MODULES || self.over_budget() {
                 self.release();
             }
-            self.open.insert(path.to_string());
+            self.open
+                .insert(path.to_string(), build_id.map(str::to_owned));
             self.opened.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(facts) = self.namings.get_mut(path).filter(|_| opening) {
@@ -910,8 +921,14 @@ fn return_free_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// blazesym, told not to look at a file again once it has it open: by
+/// default it `stat`s the file for every frame, to see whether it changed,
+/// and those calls were a fifth of the symbolizer's time during a parallel
+/// build (BENCHMARKS.md, "A parallel build"). [`Modules::name`] sees a
+/// replaced file by its build id instead.
 fn new_symbolizer() -> Symbolizer {
     Symbolizer::builder()
+        .enable_auto_reload(false)
         .enable_code_info(true)
         .enable_inlined_fns(true)
         .enable_demangling(true)
@@ -1398,6 +1415,50 @@ mod tests {
         assert_eq!(modules.opened.load(Ordering::Relaxed), 1);
         // Without a build id, another path is another module.
         modules.name(&other, None, offset, &mut own_frame(address));
+        assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
+    }
+
+    /// A file replaced at its path (an upgrade renames the new one over
+    /// it) is another build id there: its frames are named from the new
+    /// file, not from the one open since before.
+    #[test]
+    fn a_module_replaced_at_its_path_is_read_again() {
+        let address = a_module_replaced_at_its_path_is_read_again as *const () as u64;
+        let own = own_frame(address);
+        let offset = own.file_offset.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app");
+        let path_str = path.to_str().unwrap();
+        let install = |from: &Path| {
+            let staged = dir.path().join("app.new");
+            std::fs::copy(from, &staged).unwrap();
+            std::fs::rename(&staged, &path).unwrap();
+            crate::stacks::read_build_id(&path)
+        };
+        let exe = std::env::current_exe().unwrap();
+        let first_id = install(&exe);
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        let mut first = own_frame(address);
+        modules.name(path_str, first_id.as_deref(), offset, &mut first);
+        assert!(first
+            .function
+            .as_deref()
+            .unwrap()
+            .contains("a_module_replaced_at_its_path"));
+        // Another binary (this one's loader) now at the path.
+        let maps = crate::stacks::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let loader = maps
+            .into_iter()
+            .filter_map(|m| m.path)
+            .find(|p| p.contains("/ld-linux"));
+        let second_id = install(Path::new(&loader.unwrap()));
+        assert_ne!(first_id, second_id);
+        let mut second = own_frame(address);
+        modules.name(path_str, second_id.as_deref(), offset, &mut second);
+        assert_ne!(
+            second.function, first.function,
+            "named from the file now there"
+        );
         assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
     }
 
