@@ -42,7 +42,8 @@
 #   hs-build    hindsight-record at the defaults (every always-on group)
 #   perf-build  perf record -F 49 -a -g
 # with part 3's figures per run, over the build's processes (cc, cc1, as, ...).
-# Per run (part 3): samples, bytes on disk for them (hindsight: the cpu_sample,
+# Per run (parts 3 and 5; the tool's CPU counted from 3 s after its start,
+# past its one-time work): samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
 # of those processes' user frames named (hindsight's frame table; perf
 # script's symbols), the modules hindsight opened
@@ -290,6 +291,9 @@ run_procs() { # ROUND CONFIG WORKLOAD COMMS
     hs-build) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" ;;
     perf-*) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
     esac
+    # Past the tool's start (hindsight reads kallsyms, about 40 ms of CPU;
+    # perf writes the running processes' maps): a recorder runs for days.
+    if [[ -n $tool_pid ]]; then sleep 3; fi
     t0=$(date +%s.%N)
     if [[ -n $tool_pid ]]; then c0=$(cpu_seconds "$tool_pid"); fi
     started=$($workload)

@@ -214,8 +214,8 @@ fn name_user_frame(
 /// [`FrameRequests::wake`] does, once the ring thread has queued a drain's
 /// new frames. Woken by every frame, the symbolizer took the CPU from the
 /// ring thread mid-drain once per frame: during a parallel build (49 Hz,
-/// 2 CPUs busy) it blocked 3,503 times in 18 s against the ring thread's
-/// 530 waits, and the ring thread was preempted 3,131 times
+/// 2 CPUs busy) it blocked 4,049 times in 18 s against the ring thread's
+/// 517 waits, and the ring thread was preempted 3,746 times
 /// (BENCHMARKS.md, "A parallel build").
 #[derive(Clone)]
 pub struct FrameRequests {
