@@ -924,44 +924,46 @@ mod tests {
         asked.elapsed() < Duration::from_millis(150)
     }
 
-    /// New frames wake the symbolizer when the drain that found them ends,
-    /// not one by one; a drain with no new frame wakes nothing.
-    #[test]
-    fn queued_frames_wake_the_symbolizer_once_a_drain() {
-        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    /// An interner over a `/proc` of one process, pid 7, with one mapping
+    /// of an app at 0x1000-0x3000.
+    fn one_process_interner(
+        symbolizer: impl Into<FrameRequests>,
+    ) -> (tempfile::TempDir, StackInterner) {
         let root = tempfile::tempdir().unwrap();
         fake_process(
             root.path(),
             7,
             "1000-3000 r-xp 00000000 08:01 7 /nonexistent/app\n",
         );
+        let interner = StackInterner::new(root.path(), symbolizer);
+        (root, interner)
+    }
+
+    /// New frames wake the symbolizer when the drain that found them ends,
+    /// not one by one; a drain with no new frame wakes nothing.
+    #[test]
+    fn queued_frames_wake_the_symbolizer_once_a_drain() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
         // This thread stands for the symbolizer.
-        let requests = FrameRequests::waking(tx, std::thread::current());
-        let mut interner = StackInterner::new(root.path(), requests);
+        let (_root, mut interner) =
+            one_process_interner(FrameRequests::waking(tx, std::thread::current()));
         let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
-        let running = Running {
-            pid: 7,
-            program: Program::default(),
+        let mut sample = |interner: &mut StackInterner| {
+            let running = Running {
+                pid: 7,
+                program: Program::default(),
+            };
+            let (kernel, user) = ([0xffff_1000], [0x1010, 0x2020]);
+            interner.intern(running, &kernel, &user, &mut stacks, &mut frames);
         };
-        interner.intern(
-            running,
-            &[0xffff_1000],
-            &[0x1010, 0x2020],
-            &mut stacks,
-            &mut frames,
-        );
+        sample(&mut interner);
         assert_eq!(rx.try_iter().count(), 3, "every new frame queued");
         assert!(!was_woken(), "queued frames wake no one by themselves");
+        // The drain ends.
         interner.wake_symbolizer();
         assert!(was_woken());
         // Nothing new since: no wake.
-        interner.intern(
-            running,
-            &[0xffff_1000],
-            &[0x1010, 0x2020],
-            &mut stacks,
-            &mut frames,
-        );
+        sample(&mut interner);
         interner.wake_symbolizer();
         assert!(!was_woken());
     }
@@ -969,13 +971,7 @@ mod tests {
     #[test]
     fn a_stack_and_its_frames_are_written_once() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let root = tempfile::tempdir().unwrap();
-        fake_process(
-            root.path(),
-            7,
-            "1000-3000 r-xp 00000000 08:01 7 /nonexistent/app\n",
-        );
-        let mut interner = StackInterner::new(root.path(), tx);
+        let (root, mut interner) = one_process_interner(tx);
         let mut stacks = StackRows::new();
         let mut frames = FrameRows::new();
         let a = interner.intern(
