@@ -225,6 +225,14 @@ pub struct FrameRequests {
 }
 
 impl FrameRequests {
+    /// Requests on `queue` that wake `symbolizer`.
+    pub fn waking(queue: SyncSender<FrameRow>, symbolizer: std::thread::Thread) -> Self {
+        FrameRequests {
+            queue,
+            symbolizer: Some(symbolizer),
+        }
+    }
+
     /// Queues `row` without waking the symbolizer; gives it back when the
     /// queue is full or the symbolizer gone.
     #[must_use]
@@ -247,16 +255,6 @@ impl FrameRequests {
     pub fn wake(&self) {
         if let Some(thread) = &self.symbolizer {
             thread.unpark();
-        }
-    }
-}
-
-impl FrameRequests {
-    /// Requests on `queue` that wake `symbolizer`.
-    pub fn waking(queue: SyncSender<FrameRow>, symbolizer: std::thread::Thread) -> Self {
-        FrameRequests {
-            queue,
-            symbolizer: Some(symbolizer),
         }
     }
 }
