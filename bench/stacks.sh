@@ -276,14 +276,17 @@ build() { # prints the pids the build allocated (its processes and threads, and 
     echo $(((last - first + max) % max))
 }
 
+sql_list() { # A|B|C: 'A', 'B', 'C', for SQL's IN
+    echo "'$(sed "s/|/', '/g" <<<"$1")'"
+}
+
 # Parts 3 and 5: one run of a workload of short-lived processes (churn or
 # build) under CONFIG (hs-*, perf-*, or bare-* with nothing recording), its
 # figures appended to $churn_results. COMMS: the workload's programs, whose
 # user frames' names are counted.
 run_procs() { # ROUND CONFIG WORKLOAD COMMS
     local r=$1 config=$2 workload=$3 comms=$4 out=$tmp/$2-$1 c0=0 c1=0 t0 t1 started
-    local events=- bytes=- named=- opened=- busy=- sql_comms
-    sql_comms="'$(sed "s/|/', '/g" <<<"$comms")'"
+    local events=- bytes=- named=- opened=- busy=-
     case $config in
     # counters too: the recorder's own counters (modules_opened) are there.
     hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu,counters ;;
@@ -309,7 +312,7 @@ run_procs() { # ROUND CONFIG WORKLOAD COMMS
                 "SELECT round(100.0 * count(f.function) / count(*), 2) FROM cpu_sample s
                    JOIN stack k ON k.stack_id = s.stack_id JOIN frame f ON f.frame_id = k.frame_id
                  WHERE CAST(f.kind AS VARCHAR) = 'user' AND f.module IS NOT NULL
-                   AND CAST(s.comm AS VARCHAR) IN ($sql_comms)" | tail -1)
+                   AND CAST(s.comm AS VARCHAR) IN ($(sql_list "$comms"))" | tail -1)
             opened=$("$root/target/release/hindsight" sql "$out" -f csv \
                 "SELECT max(value) FROM counter WHERE source = 'recorder' AND name = 'modules_opened'" | tail -1)
             busy=$("$root/target/release/hindsight" sql "$out" -f csv \
@@ -421,7 +424,7 @@ run_churn_both() {
                       max(CAST(kind AS VARCHAR)) AS kind
                FROM frame GROUP BY frame_id) f ON f.frame_id = k.frame_id
          WHERE f.kind = 'user' AND f.function IS NOT NULL
-           AND CAST(s.comm AS VARCHAR) IN ('sha256sum', 'gzip', 'sort', 'awk', 'python3')
+           AND CAST(s.comm AS VARCHAR) IN ($(sql_list "$CHURN_COMMS"))
          GROUP BY 1" | tail -n +2 | sed 's/,\([0-9]*\)$/\t\1/' | sort >"$out.hs.tsv"
     # perf's functions (5+ frames) with hindsight's count beside, 0 if none.
     join -t $'\t' -a 1 -e 0 -o 0,1.2,2.2 "$out.perf.tsv" "$out.hs.tsv" |
