@@ -43,8 +43,14 @@ const MAX_REMEMBERED: usize = 1 << 16;
 /// Processes whose executable mappings are kept (a few KiB each); past
 /// this the cache starts over.
 const MAX_PROCESSES: usize = 1024;
-/// Module paths whose build id is kept.
+/// Files whose build id is kept.
 const MAX_BUILD_IDS: usize = 4096;
+/// How long a build id read from a file is taken for the same path and
+/// inode. Both stay when a file is rewritten in place (`cp` over a binary
+/// not running), and a freed inode may be the next file written at that
+/// path (the upgrade after next): read again this often, a file costs one
+/// read of its notes (tens of microseconds) every 10 s it is in use.
+pub const BUILD_ID_TRUST: Duration = Duration::from_secs(10);
 /// A process's maps are re-read at most this often when an address misses them.
 const MAPS_REREAD: Duration = Duration::from_millis(200);
 /// ... except for its first few misses, re-read at once: a program's first
@@ -125,6 +131,28 @@ pub fn parse_stat_program(stat: &str) -> Option<Program> {
     })
 }
 
+/// Which file a mapping maps: its device and inode. A package upgrade
+/// renames the new file over the old, so the same path is another inode
+/// for the processes started after it, while those started before still
+/// map the old one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+}
+
+impl FileKey {
+    /// None for what maps no file (inode 0): anonymous memory, `[vdso]`.
+    fn of(dev_major: u32, dev_minor: u32, inode: u64) -> Option<FileKey> {
+        (inode != 0).then_some(FileKey {
+            dev_major,
+            dev_minor,
+            inode,
+        })
+    }
+}
+
 /// One line of `/proc/<pid>/maps` that maps code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -134,6 +162,7 @@ pub struct Mapping {
     pub offset: u64,
     /// The file, or a pseudo name like `[vdso]`; None for anonymous memory.
     pub path: Option<String>,
+    pub file: Option<FileKey>,
 }
 
 /// Parses the executable mappings of a `/proc/<pid>/maps` text, sorted by start.
@@ -145,8 +174,8 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             let range = fields.next()?;
             let perms = fields.next()?;
             let offset = fields.next()?;
-            let _dev = fields.next()?;
-            let _inode = fields.next()?;
+            let (major, minor) = fields.next()?.split_once(':')?;
+            let inode = fields.next()?;
             let path = fields.next().map(str::trim).filter(|p| !p.is_empty());
             if !perms.contains('x') {
                 return None;
@@ -157,6 +186,11 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
                 end: u64::from_str_radix(end, 16).ok()?,
                 offset: u64::from_str_radix(offset, 16).ok()?,
                 path: path.map(str::to_string),
+                file: FileKey::of(
+                    u32::from_str_radix(major, 16).ok()?,
+                    u32::from_str_radix(minor, 16).ok()?,
+                    inode.parse().ok()?,
+                ),
             })
         })
         .collect();
@@ -260,6 +294,7 @@ fn query_executable_mappings(
             end: q.vma_end,
             offset: q.vma_offset,
             path: (length > 0).then(|| String::from_utf8_lossy(&name[..length]).into_owned()),
+            file: FileKey::of(q.dev_major, q.dev_minor, q.inode),
         });
         if q.vma_end <= address {
             return Ok(mappings);
@@ -385,7 +420,7 @@ impl ProcessMaps {
 pub struct StackInterner {
     proc_root: PathBuf,
     processes: HashMap<Running, ProcessMaps>,
-    build_ids: HashMap<String, Option<String>>,
+    build_ids: BuildIds<(String, Option<FileKey>)>,
     written_stacks: HashSet<i64>,
     sent_frames: HashSet<i64>,
     symbolizer: FrameRequests,
@@ -410,7 +445,7 @@ impl StackInterner {
         StackInterner {
             proc_root: proc_root.to_path_buf(),
             processes: HashMap::new(),
-            build_ids: HashMap::new(),
+            build_ids: BuildIds::default(),
             written_stacks: HashSet::new(),
             sent_frames: HashSet::new(),
             symbolizer: symbolizer.into(),
@@ -535,7 +570,16 @@ impl StackInterner {
                     let open = root
                         .as_deref()
                         .map_or_else(|| path.to_string(), |r| format!("{r}{path}"));
-                    let key = self.build_id_of(&open).unwrap_or_else(|| open.clone());
+                    // Sections without a build id are kept by file, not
+                    // path: an upgraded one is another file.
+                    let key = self
+                        .build_id_of(&open, m.file)
+                        .unwrap_or_else(|| match m.file {
+                            Some(f) => {
+                                format!("{open} {}:{}:{}", f.dev_major, f.dev_minor, f.inode)
+                            }
+                            None => open.clone(),
+                        });
                     Some((m, open, key))
                 })
                 .collect();
@@ -632,7 +676,7 @@ impl StackInterner {
             .get(&running)
             .and_then(|p| p.root.as_ref())
             .map(|root| format!("{root}{path}"));
-        let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path));
+        let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path), mapping.file);
         row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
         row.module = Some(path);
         row.build_id = build_id;
@@ -721,9 +765,9 @@ impl StackInterner {
             // A container's files are read through its root, which goes
             // with the process: their build ids are read now, while it
             // lives, for the samples of it still in the ring.
-            for path in maps.iter().filter_map(|m| m.path.as_deref()) {
-                if !path.starts_with('[') {
-                    self.build_id_of(&format!("{root}{path}"));
+            for m in &maps {
+                if let Some(path) = m.path.as_deref().filter(|p| !p.starts_with('[')) {
+                    self.build_id_of(&format!("{root}{path}"), m.file);
                 }
             }
         }
@@ -742,15 +786,60 @@ impl StackInterner {
         );
     }
 
-    fn build_id_of(&mut self, path: &str) -> Option<String> {
-        if let Some(id) = self.build_ids.get(path) {
-            return id.clone();
+    /// The build id of the file a mapping maps, read at `path`.
+    fn build_id_of(&mut self, path: &str, file: Option<FileKey>) -> Option<String> {
+        self.build_ids.get((path.to_owned(), file), Path::new(path))
+    }
+}
+
+/// Build ids read from files, each taken for [`BUILD_ID_TRUST`] after it
+/// was read. Keyed by what tells one file from another where it is known
+/// (path and inode); past [`MAX_BUILD_IDS`] files it starts over.
+pub struct BuildIds<K> {
+    ids: HashMap<K, (Option<String>, Instant)>,
+    pub trust: Duration,
+}
+
+impl<K> Default for BuildIds<K> {
+    fn default() -> Self {
+        BuildIds {
+            ids: HashMap::new(),
+            trust: BUILD_ID_TRUST,
         }
-        let id = read_build_id(Path::new(path));
-        if self.build_ids.len() >= MAX_BUILD_IDS {
-            self.build_ids.clear();
+    }
+}
+
+impl<K: std::hash::Hash + Eq> BuildIds<K> {
+    /// The build id of the file `key` names, read at `path` unless read
+    /// less than `trust` ago.
+    pub fn get(&mut self, key: K, path: &Path) -> Option<String> {
+        if let Some((id, read_at)) = self.ids.get(&key) {
+            if read_at.elapsed() < self.trust {
+                return id.clone();
+            }
         }
-        self.build_ids.insert(path.to_string(), id.clone());
+        self.read(key, path)
+    }
+
+    /// Whether the file `key` names is the build `id`. One read as another
+    /// is read again: the file may have been replaced since.
+    pub fn is(&mut self, key: K, path: &Path, id: &str) -> bool {
+        match self.ids.get(&key) {
+            Some((known, read_at))
+                if read_at.elapsed() < self.trust && known.as_deref() == Some(id) =>
+            {
+                true
+            }
+            _ => self.read(key, path).as_deref() == Some(id),
+        }
+    }
+
+    fn read(&mut self, key: K, path: &Path) -> Option<String> {
+        let id = read_build_id(path);
+        if self.ids.len() >= MAX_BUILD_IDS {
+            self.ids.clear();
+        }
+        self.ids.insert(key, (id.clone(), Instant::now()));
         id
     }
 }
@@ -914,6 +1003,92 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(after, (Vec::new(), Vec::new()));
+    }
+
+    /// Two versions of a C program that sleeps until killed, each built
+    /// in its own folder of `dir`: two files, two build ids.
+    fn two_versions(dir: &Path) -> (PathBuf, PathBuf) {
+        let build = |version: u32| {
+            let folder = dir.join(format!("v{version}"));
+            std::fs::create_dir(&folder).unwrap();
+            let program = format!(
+                "#include <unistd.h>\nint version = {version};\n\
+                 int main(void) {{ pause(); return version; }}\n"
+            );
+            crate::symbolize::tests::compile_c(&folder, &program, &["-O1"])
+        };
+        let versions = (build(1), build(2));
+        assert_ne!(read_build_id(&versions.0), read_build_id(&versions.1));
+        versions
+    }
+
+    /// A binary upgraded while it runs, the new file renamed over the old
+    /// as package managers do: processes started before still run the old
+    /// file and have its build id, those started after the new one's.
+    /// Build ids kept by path alone gave both the old one.
+    #[test]
+    fn a_binary_replaced_at_its_path_is_told_apart_by_its_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = two_versions(dir.path());
+        let installed = dir.path().join("daemon");
+        std::fs::copy(&old, &installed).unwrap();
+        let (tx, _rx) = std::sync::mpsc::sync_channel(64);
+        let mut interner = StackInterner::new(Path::new("/proc"), tx);
+        let start = || {
+            let child = std::process::Command::new(&installed).spawn().unwrap();
+            wait_until_asleep(child.id());
+            let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+            let code = parse_maps(&maps)
+                .into_iter()
+                .find(|m| m.path.as_deref() == installed.to_str())
+                .unwrap();
+            (child, code.start)
+        };
+        let mut build_id_at = |child: &std::process::Child, address: u64| {
+            let running = Running {
+                pid: child.id(),
+                program: Program::default(),
+            };
+            interner.user_frame(running, address).build_id
+        };
+        let (mut before, before_code) = start();
+        assert_eq!(build_id_at(&before, before_code), read_build_id(&old));
+        std::fs::rename(&new, &installed).unwrap();
+        let (mut after, after_code) = start();
+        let ids = (
+            build_id_at(&after, after_code),
+            build_id_at(&before, before_code),
+        );
+        for child in [&mut before, &mut after] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        assert_eq!(
+            ids.0,
+            read_build_id(&installed),
+            "started after the upgrade"
+        );
+        assert_eq!(ids.1, read_build_id(&old), "started before the upgrade");
+    }
+
+    /// A file rewritten in place keeps its path and inode: its build id is
+    /// read again once the one read is no longer trusted.
+    #[test]
+    fn a_build_id_is_read_again_once_its_trust_is_over() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = two_versions(dir.path());
+        let installed = dir.path().join("tool");
+        std::fs::copy(&first, &installed).unwrap();
+        let inode = std::fs::metadata(&installed).unwrap().ino();
+        let mut ids = BuildIds::default();
+        let id = |ids: &mut BuildIds<u64>| ids.get(inode, &installed);
+        assert_eq!(id(&mut ids), read_build_id(&first));
+        std::fs::copy(&second, &installed).unwrap();
+        assert_eq!(std::fs::metadata(&installed).unwrap().ino(), inode);
+        assert_eq!(id(&mut ids), read_build_id(&first), "trusted for a while");
+        ids.trust = Duration::ZERO;
+        assert_eq!(id(&mut ids), read_build_id(&second));
     }
 
     /// Whether this thread was woken (unparked) since it last parked:

@@ -768,8 +768,12 @@ struct Modules {
     /// The modules open, each with the build id of the frame it was opened
     /// for: blazesym does not look at a file again once open (see
     /// [`new_symbolizer`]), so a frame of another build id at the same path
-    /// (the file replaced by an upgrade) has every module opened afresh.
+    /// (the file replaced by an upgrade) has every module opened afresh,
+    /// once the file there is that build.
     open: HashMap<String, Option<String>>,
+    /// The build ids of the files at the paths opened: a frame is named
+    /// from a file only if it is the frame's build.
+    file_ids: crate::stacks::BuildIds<String>,
     /// Per module path: how its frames are named.
     namings: HashMap<String, ModuleFacts>,
     /// Per build id, the path its module was opened by: the same binary
@@ -797,6 +801,7 @@ impl Modules {
             opened: Arc::default(),
             symbolizer: new_symbolizer(),
             open: HashMap::new(),
+            file_ids: crate::stacks::BuildIds::default(),
             namings: HashMap::new(),
             by_build_id: HashMap::new(),
             last_user_frame: Instant::now(),
@@ -827,10 +832,19 @@ impl Modules {
             }
         };
         let path = path.as_str();
-        if let (Some(id), Some(Some(opened_as))) = (build_id, self.open.get(path)) {
-            if id != opened_as {
-                self.release();
-                self.namings.remove(path);
+        if let Some(id) = build_id {
+            let opened_as = self.open.get(path);
+            if opened_as != Some(&Some(id.to_owned())) {
+                // Not open for this build. The file there now may be another
+                // (upgraded since the frame's process started): its names
+                // are another program's, and the frame is left unnamed.
+                if !self.file_ids.is(path.to_owned(), Path::new(path), id) {
+                    return;
+                }
+                if matches!(opened_as, Some(Some(_))) {
+                    self.release();
+                    self.namings.remove(path);
+                }
             }
         }
         let opening = !self.open.contains_key(path);
@@ -981,8 +995,9 @@ fn run(
     return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     modules.opened = opened;
-    // Build ids of the files here that containers' modules may be read from.
-    let mut host_ids: HashMap<String, Option<String>> = HashMap::new();
+    // Build ids of the files here that containers' modules may be read
+    // from, by path: read again now and then, as an upgrade here replaces them.
+    let mut host_ids = crate::stacks::BuildIds::<String>::default();
     // JIT frames named since they were written: sent again, with names.
     let send_named_jit_frames = |perf_maps: &mut PerfMaps, final_read: bool| {
         perf_maps
@@ -1023,15 +1038,7 @@ fn run(
                 row.open_path.as_deref(),
                 &module,
                 build_id.as_deref(),
-                |path| {
-                    if host_ids.len() >= MAX_REMEMBERED_MODULES {
-                        host_ids.clear();
-                    }
-                    host_ids
-                        .entry(path.to_owned())
-                        .or_insert_with(|| crate::stacks::read_build_id(Path::new(path)))
-                        .clone()
-                },
+                |path| host_ids.get(path.to_owned(), Path::new(path)),
             );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
         } else if row.module.is_none() && row.maybe_jit {
@@ -1047,7 +1054,7 @@ fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1275,7 +1282,7 @@ mod tests {
     }
 
     /// `program` (C source) built by `cc` with `flags` in `dir`.
-    fn compile_c(dir: &Path, program: &str, flags: &[&str]) -> PathBuf {
+    pub(crate) fn compile_c(dir: &Path, program: &str, flags: &[&str]) -> PathBuf {
         let source = dir.join("program.c");
         std::fs::write(&source, program).unwrap();
         let exe = dir.join("program");
@@ -1404,10 +1411,11 @@ mod tests {
         let offset = first.file_offset.unwrap();
         // The same file as a process in another mount namespace shows it.
         let other = format!("/proc/self/root{path}");
+        let id = crate::stacks::read_build_id(Path::new(&path));
         let mut modules = Modules::new(u64::MAX, self_resident_bytes);
-        modules.name(&path, Some("b1d"), offset, &mut first);
+        modules.name(&path, id.as_deref(), offset, &mut first);
         let mut again = own_frame(address);
-        modules.name(&other, Some("b1d"), offset, &mut again);
+        modules.name(&other, id.as_deref(), offset, &mut again);
         assert!(first.function.is_some());
         assert_eq!(again.function, first.function);
         assert_eq!(modules.opened.load(Ordering::Relaxed), 1);
@@ -1457,6 +1465,12 @@ mod tests {
             second.function, first.function,
             "named from the file now there"
         );
+        assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
+        // A frame of a process that still runs the old file: the file at
+        // the path is not its build, and names nothing of it.
+        let mut old = own_frame(address);
+        modules.name(path_str, first_id.as_deref(), offset, &mut old);
+        assert_eq!(old.function, None);
         assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
     }
 
