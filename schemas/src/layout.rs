@@ -166,20 +166,26 @@ fn a_min_and_max_prune_nothing(table: &Table, column: &crate::Column) -> bool {
     ) && !table.sort_key.contains(&column.name)
 }
 
+/// Columns no two rows of a file share: a frame is written once a
+/// recording.
+const NEW_IN_EVERY_ROW: &[(&str, &str)] = &[("frame", "frame_id")];
+
 /// Integer columns a dictionary makes no smaller: a table's leading sort
-/// column (in a row group, runs of one CPU, pid or stack, or one row per
-/// frame), kernel priorities (a few values, nearly all one), and addresses
-/// and file offsets (nearly every one new). A dictionary costs a hash per
-/// row: without one, writing a `sched_switch` or `sched_wakeup` row took
-/// 10-14 % less time, a `page_fault` row's address took 14 % fewer bytes
-/// (BENCHMARKS.md, "Fewer dictionaries"). Derived tables have their own
-/// rule ([`writer_properties`]).
+/// column (in a row group, runs of one CPU, pid or stack), kernel
+/// priorities (a few values, nearly all one), addresses and file offsets
+/// (nearly every one new), and identities no two rows share
+/// ([`NEW_IN_EVERY_ROW`]). A dictionary costs a hash per row: without
+/// one, writing a `sched_switch` or `sched_wakeup` row took 10-14 % less
+/// time, a `page_fault` row's address took 14 % fewer bytes (BENCHMARKS.md,
+/// "Fewer dictionaries"). Derived tables have their own rule
+/// ([`writer_properties`]).
 fn a_dictionary_saves_nothing(table: &Table, column: &crate::Column) -> bool {
     use crate::ColumnType::{Int32, Int64, UInt64};
     match column.kind {
         Int32 | Int64 => {
             table.sort_key.first() == Some(&column.name)
                 || column.unit == crate::tables::KERNEL_PRIORITY
+                || NEW_IN_EVERY_ROW.contains(&(table.name, column.name))
         }
         UInt64 => true,
         _ => false,

@@ -403,7 +403,11 @@ pub static FRAME: Table = Table {
           by `frame_id`. User stacks of CPU samples are unwound by the modules' `.eh_frame` (`--unwind dwarf`, the default; \
           `sample_unwind` in recording.json), so code built without frame pointers keeps its callers; off-CPU stacks \
           (`--off-cpu-stacks`) are unwound from a smaller copy (up to 8 KiB) and completed by frame pointers.",
-    sort_key: &["frame_id"],
+    // By where the code is, not by `frame_id` (a hash, whose order says
+    // nothing): neighbouring rows then share module and function, and
+    // their offsets and addresses differ by little. A quarter fewer bytes
+    // (BENCHMARKS.md, "Frames in code order").
+    sort_key: &["module", "file_offset", "address"],
     columns: &[
         col("frame_id", Int64, "", "A stable 64-bit hash of the frame's identity: kind, module (build id, else path) and file offset for user frames; the address for kernel frames."),
         col("kind", Name, "", "`kernel` or `user`."),
