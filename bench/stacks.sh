@@ -42,6 +42,9 @@
 #   hs-build    hindsight-record at the defaults (every always-on group)
 #   perf-build  perf record -F 49 -a -g
 # with part 3's figures per run, over the build's processes (cc, cc1, as, ...).
+# -b/--builds N runs the build N times from clean, one after another, in each
+# run: a build host's minutes, over which frames seen once (hindsight writes
+# a frame once a recording) are a smaller share of the bytes.
 # Per run (parts 3 and 5; the tool's CPU counted from 3 s after its start,
 # past its one-time work): samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
@@ -63,13 +66,16 @@
 #   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
 #   bench/stacks.sh -r 3 -d 10 -l 200000
 #   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit,build)
-# Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -k/--keep, --no-build.
+#   bench/stacks.sh --parts build -r 3 -b 4   # part 5, four builds a run
+# Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -b/--builds N,
+# -k/--keep, --no-build.
 # Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-20}
 LOOPS=${LOOPS:-300000}
+BUILDS=${BUILDS:-1}
 KEEP=0
 BUILD=1
 PARTS=sampling,storm,churn,jit,build
@@ -85,6 +91,7 @@ while (($#)); do
     -d | --duration) DURATION=$2; shift 2 ;;
     -l | --loops) LOOPS=$2; shift 2 ;;
     -p | --parts) PARTS=$2; shift 2 ;;
+    -b | --builds) BUILDS=$2; shift 2 ;;
     -k | --keep) KEEP=1; shift ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -265,13 +272,15 @@ all: \$(OBJS)
 	cc -O2 -g -c \$< -o \$@
 MAKEFILE
 }
-build() { # prints the pids the build allocated (its processes and threads, and anyone else's meanwhile)
-    local first last max
-    rm -rf "$tmp/build-obj"
+build() { # prints the pids the builds allocated (their processes and threads, and anyone else's meanwhile)
+    local first last max i
     max=$(cat /proc/sys/kernel/pid_max)
     first=$(cut -d ' ' -f 5 /proc/loadavg)
-    make -s -j"$(nproc)" -f "$tmp/build.mk" OBJ="$tmp/build-obj" >/dev/null 2>"$tmp/build.err" ||
-        die "the build failed: $(tail -5 "$tmp/build.err")"
+    for ((i = 0; i < BUILDS; i++)); do
+        rm -rf "$tmp/build-obj"
+        make -s -j"$(nproc)" -f "$tmp/build.mk" OBJ="$tmp/build-obj" >/dev/null 2>"$tmp/build.err" ||
+            die "the build failed: $(tail -5 "$tmp/build.err")"
+    done
     last=$(cut -d ' ' -f 5 /proc/loadavg)
     echo $(((last - first + max) % max))
 }
@@ -548,7 +557,7 @@ if part churn; then
 fi
 if part build; then
     echo
-    echo "A parallel build (make -j$(nproc), cc -O2 -g, every C file of zstd's library, libbpf and zlib, from clean); hindsight at the defaults, perf at 49 Hz; processes: pids allocated during the build:"
+    echo "A parallel build (make -j$(nproc), cc -O2 -g, every C file of zstd's library, libbpf and zlib, from clean; $BUILDS a run, one after another); hindsight at the defaults, perf at 49 Hz; processes: pids allocated during the builds:"
     echo
     procs_table bare-build hs-build perf-build
 fi
