@@ -567,9 +567,8 @@ impl StackInterner {
                         return Some((m, open, path.to_owned()));
                     }
                     let path = Some(path).filter(|p| !p.starts_with('['))?;
-                    let open = root
-                        .as_deref()
-                        .map_or_else(|| path.to_string(), |r| format!("{r}{path}"));
+                    let (path, open) = file_of(&self.proc_root, key.pid, root.as_deref(), m, path);
+                    let open = open.unwrap_or(path);
                     // Sections without a build id are kept by file, not
                     // path: an upgraded one is another file.
                     let key = self
@@ -653,7 +652,7 @@ impl StackInterner {
             row.maybe_jit = self.processes.get(&running).is_some_and(|p| p.jit_tmp_sent);
             return row;
         };
-        let Some(path) = mapping.path else {
+        let Some(path) = mapping.path.as_deref() else {
             row.maybe_jit = true;
             row.jit_tmp = self.first_jit_frame(running);
             return row;
@@ -662,20 +661,17 @@ impl StackInterner {
         if path.starts_with('[') {
             // [vdso], [vsyscall]: no file, but the same code in every process.
             let offset = address - mapping.start;
-            row.frame_id = user_frame_id(&path, offset);
+            row.frame_id = user_frame_id(path, offset);
             if path == "[vdso]" {
                 // Named from the recorder's own copy of the image.
                 row.open_path = crate::elf::vdso_path().map(str::to_owned);
                 row.file_offset = row.open_path.as_ref().map(|_| offset);
             }
-            row.module = Some(path);
+            row.module = Some(path.to_owned());
             return row;
         }
-        let open_path = self
-            .processes
-            .get(&running)
-            .and_then(|p| p.root.as_ref())
-            .map(|root| format!("{root}{path}"));
+        let root = self.processes.get(&running).and_then(|p| p.root.as_deref());
+        let (path, open_path) = file_of(&self.proc_root, pid, root, &mapping, path);
         let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path), mapping.file);
         row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
         row.module = Some(path);
@@ -789,6 +785,30 @@ impl StackInterner {
     /// The build id of the file a mapping maps, read at `path`.
     fn build_id_of(&mut self, path: &str, file: Option<FileKey>) -> Option<String> {
         self.build_ids.get((path.to_owned(), file), Path::new(path))
+    }
+}
+
+/// A mapped file's path, without the ` (deleted)` the kernel adds to a file
+/// no longer there, and where the recorder reads the file when not at that
+/// path: through the process's `map_files` link when it was deleted or
+/// replaced since it was mapped (an upgrade renames a new file over a
+/// running one; the link reads the file the process maps, for as long as
+/// it maps it), else through a container's `root`.
+fn file_of(
+    proc_root: &Path,
+    pid: u32,
+    root: Option<&str>,
+    mapping: &Mapping,
+    path: &str,
+) -> (String, Option<String>) {
+    match path.strip_suffix(" (deleted)") {
+        Some(path) => {
+            let link = proc_root
+                .join(pid.to_string())
+                .join(format!("map_files/{:x}-{:x}", mapping.start, mapping.end));
+            (path.to_owned(), Some(link.to_string_lossy().into_owned()))
+        }
+        None => (path.to_owned(), root.map(|r| format!("{r}{path}"))),
     }
 }
 
@@ -1005,21 +1025,70 @@ mod tests {
         assert_eq!(after, (Vec::new(), Vec::new()));
     }
 
-    /// Two versions of a C program that sleeps until killed, each built
-    /// in its own folder of `dir`: two files, two build ids.
+    /// Version `version` of a C program that sleeps until killed, built
+    /// with `flags` in its own folder of `dir`.
+    fn sleeper(dir: &Path, version: u32, flags: &[&str]) -> PathBuf {
+        let folder = dir.join(format!("v{version}"));
+        std::fs::create_dir(&folder).unwrap();
+        let program = format!(
+            "#include <unistd.h>\nint version = {version};\n\
+             int main(void) {{ pause(); return version; }}\n"
+        );
+        crate::symbolize::tests::compile_c(&folder, &program, flags)
+    }
+
+    /// Two versions of [`sleeper`]: two files, two build ids.
     fn two_versions(dir: &Path) -> (PathBuf, PathBuf) {
-        let build = |version: u32| {
-            let folder = dir.join(format!("v{version}"));
-            std::fs::create_dir(&folder).unwrap();
-            let program = format!(
-                "#include <unistd.h>\nint version = {version};\n\
-                 int main(void) {{ pause(); return version; }}\n"
-            );
-            crate::symbolize::tests::compile_c(&folder, &program, &["-O1"])
-        };
-        let versions = (build(1), build(2));
+        let versions = (sleeper(dir, 1, &["-O1"]), sleeper(dir, 2, &["-O1"]));
         assert_ne!(read_build_id(&versions.0), read_build_id(&versions.1));
         versions
+    }
+
+    /// A binary deleted while it runs (an upgrade that renames a new file
+    /// over it shows the same: ` (deleted)` after its path in the map): its
+    /// frames keep its path and build id, read through the process's
+    /// `map_files`, and are named from there while it runs.
+    #[test]
+    fn a_running_binary_deleted_from_its_path_is_read_through_its_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not position-independent: `main` runs at its symbol's address.
+        let program = sleeper(dir.path(), 1, &["-O1", "-no-pie"]);
+        let nm = std::process::Command::new("nm")
+            .arg("-P")
+            .arg(&program)
+            .output()
+            .unwrap();
+        let main = String::from_utf8_lossy(&nm.stdout)
+            .lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.first() == Some(&"main"))
+                    .then(|| u64::from_str_radix(fields[2], 16).unwrap())
+            })
+            .unwrap();
+        let id = read_build_id(&program);
+        let mut child = std::process::Command::new(&program).spawn().unwrap();
+        wait_until_asleep(child.id());
+        std::fs::remove_file(&program).unwrap();
+        let (tx, _rx) = std::sync::mpsc::sync_channel(64);
+        let mut interner = StackInterner::new(Path::new("/proc"), tx);
+        let running = Running {
+            pid: child.id(),
+            program: Program::default(),
+        };
+        let row = interner.user_frame(running, main);
+        let (module, build_id) = (row.module.clone(), row.build_id.clone());
+        let thread = crate::symbolize::SymbolizerThread::start(Path::new("/proc")).unwrap();
+        assert!(thread.requests.send(row));
+        let named = thread
+            .join(crate::symbolize::NAMING_AT_STOP)
+            .recv()
+            .unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(module.as_deref(), program.to_str());
+        assert_eq!(build_id, id);
+        assert_eq!(named.function.as_deref(), Some("main"));
     }
 
     /// A binary upgraded while it runs, the new file renamed over the old
