@@ -50,8 +50,8 @@ const MAX_BUILD_IDS: usize = 4096;
 /// place (`cp` over a binary not running), and a freed inode may be the
 /// next file written at that path (the upgrade after next): past this, the
 /// file's [`FileStamp`] is read (a `stat`), and the build id again only if
-/// it changed. Reading every build id again every 10 s instead cost 4 %
-/// more recorder CPU during a parallel build (BENCHMARKS.md, "build ids
+/// it changed. Reading every build id again every 10 s instead cost 3-7 %
+/// more recorder CPU during a parallel build (BENCHMARKS.md, "Build ids
 /// by file").
 pub const BUILD_ID_TRUST: Duration = Duration::from_secs(1);
 /// A process's maps are re-read at most this often when an address misses them.
@@ -165,6 +165,7 @@ pub struct Mapping {
     pub offset: u64,
     /// The file, or a pseudo name like `[vdso]`; None for anonymous memory.
     pub path: Option<String>,
+    /// The file's device and inode; None where `path` names no file.
     pub file: Option<FileKey>,
 }
 

@@ -834,7 +834,7 @@ impl Modules {
         let path = path.as_str();
         if let Some(id) = build_id {
             let opened_as = self.open.get(path);
-            if opened_as != Some(&Some(id.to_owned())) {
+            if opened_as.map(Option::as_deref) != Some(Some(id)) {
                 // Not open for this build. The file there now may be another
                 // (upgraded since the frame's process started): its names
                 // are another program's, and the frame is left unnamed.
@@ -996,7 +996,7 @@ fn run(
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     modules.opened = opened;
     // Build ids of the files here that containers' modules may be read
-    // from, by path: read again now and then, as an upgrade here replaces them.
+    // from, by path: checked by their stat, as an upgrade here replaces them.
     let mut host_ids = crate::stacks::BuildIds::<String>::default();
     // JIT frames named since they were written: sent again, with names.
     let send_named_jit_frames = |perf_maps: &mut PerfMaps, final_read: bool| {
