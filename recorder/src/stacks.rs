@@ -576,7 +576,7 @@ impl StackInterner {
                     // Sections without a build id are kept by file, not
                     // path: an upgraded one is another file.
                     let key = self
-                        .build_id_of(&open, m.file)
+                        .build_id_of(key.pid, m, &open)
                         .unwrap_or_else(|| match m.file {
                             Some(f) => {
                                 format!("{open} {}:{}:{}", f.dev_major, f.dev_minor, f.inode)
@@ -676,7 +676,7 @@ impl StackInterner {
         }
         let root = self.processes.get(&running).and_then(|p| p.root.as_deref());
         let (path, open_path) = file_of(&self.proc_root, pid, root, &mapping, path);
-        let build_id = self.build_id_of(open_path.as_deref().unwrap_or(&path), mapping.file);
+        let build_id = self.build_id_of(pid, &mapping, open_path.as_deref().unwrap_or(&path));
         row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
         row.module = Some(path);
         row.build_id = build_id;
@@ -767,7 +767,7 @@ impl StackInterner {
             // lives, for the samples of it still in the ring.
             for m in &maps {
                 if let Some(path) = m.path.as_deref().filter(|p| !p.starts_with('[')) {
-                    self.build_id_of(&format!("{root}{path}"), m.file);
+                    self.build_id_of(key.pid, m, &format!("{root}{path}"));
                 }
             }
         }
@@ -786,9 +786,19 @@ impl StackInterner {
         );
     }
 
-    /// The build id of the file a mapping maps, read at `path`.
-    fn build_id_of(&mut self, path: &str, file: Option<FileKey>) -> Option<String> {
-        self.build_ids.get((path.to_owned(), file), Path::new(path))
+    /// The build id of the file `mapping` of process `pid` maps, read at
+    /// `path` while that is the file there, else through the process's
+    /// `map_files`.
+    fn build_id_of(&mut self, pid: u32, mapping: &Mapping, path: &str) -> Option<String> {
+        let key = (path.to_owned(), mapping.file);
+        match mapping.file {
+            Some(file) => {
+                let link = || map_files_link(&self.proc_root, pid, mapping);
+                self.build_ids
+                    .get_mapped(key, Path::new(path), file.inode, link)
+            }
+            None => self.build_ids.get(key, Path::new(path)),
+        }
     }
 }
 
@@ -806,14 +816,21 @@ fn file_of(
     path: &str,
 ) -> (String, Option<String>) {
     match path.strip_suffix(" (deleted)") {
-        Some(path) => {
-            let link = proc_root
-                .join(pid.to_string())
-                .join(format!("map_files/{:x}-{:x}", mapping.start, mapping.end));
-            (path.to_owned(), Some(link.to_string_lossy().into_owned()))
-        }
+        Some(path) => (
+            path.to_owned(),
+            Some(map_files_link(proc_root, pid, mapping)),
+        ),
         None => (path.to_owned(), root.map(|r| format!("{r}{path}"))),
     }
+}
+
+/// The process's own link to the file `mapping` maps, which reads that
+/// file for as long as the process maps it, wherever its path went.
+fn map_files_link(proc_root: &Path, pid: u32, mapping: &Mapping) -> String {
+    let link = proc_root
+        .join(pid.to_string())
+        .join(format!("map_files/{:x}-{:x}", mapping.start, mapping.end));
+    link.to_string_lossy().into_owned()
 }
 
 /// What tells one version of a file at a path from another: device,
@@ -822,6 +839,10 @@ fn file_of(
 struct FileStamp([i64; 7]);
 
 impl FileStamp {
+    fn inode(&self) -> u64 {
+        self.0[1] as u64
+    }
+
     fn of(path: &Path) -> Option<FileStamp> {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(path).ok()?;
@@ -879,6 +900,34 @@ impl<K: std::hash::Hash + Eq> BuildIds<K> {
                 known.checked_at = Instant::now();
                 return known.id.clone();
             }
+        }
+        self.read(key, path)
+    }
+
+    /// As [`BuildIds::get`], for a file a process maps, of inode `inode`.
+    /// Where `path` holds another file now (the mapped one was replaced
+    /// there, or deleted), the mapped file has not changed: the id known
+    /// stays, and one not known yet is read at `mapped`, the process's own
+    /// link to the file.
+    pub fn get_mapped(
+        &mut self,
+        key: K,
+        path: &Path,
+        inode: u64,
+        mapped: impl FnOnce() -> String,
+    ) -> Option<String> {
+        let now = match self.ids.get(&key) {
+            Some(known) if known.checked_at.elapsed() < self.trust => return known.id.clone(),
+            _ => FileStamp::of(path),
+        };
+        let elsewhere = now.is_none_or(|stamp| stamp.inode() != inode);
+        if let Some(known) = self.ids.get_mut(&key) {
+            if elsewhere || now == known.stamp {
+                known.checked_at = Instant::now();
+                return known.id.clone();
+            }
+        } else if elsewhere {
+            return self.read(key, Path::new(&mapped()));
         }
         self.read(key, path)
     }
@@ -1147,16 +1196,21 @@ mod tests {
 
     /// A binary upgraded while it runs, the new file renamed over the old
     /// as package managers do: processes started before still run the old
-    /// file and have its build id, those started after the new one's.
-    /// Build ids kept by path alone gave both the old one.
+    /// file and have its build id, those started after the new one's, past
+    /// any trust in what was read, and when the old process's build id is
+    /// first asked for after the upgrade. Build ids kept by path alone gave
+    /// both the old one; read again from the path, both the new one.
     #[test]
     fn a_binary_replaced_at_its_path_is_told_apart_by_its_inode() {
         let dir = tempfile::tempdir().unwrap();
         let (old, new) = two_versions(dir.path());
         let installed = dir.path().join("daemon");
         std::fs::copy(&old, &installed).unwrap();
-        let (tx, _rx) = std::sync::mpsc::sync_channel(64);
-        let mut interner = StackInterner::new(Path::new("/proc"), tx);
+        let interner =
+            || StackInterner::new(Path::new("/proc"), std::sync::mpsc::sync_channel(64).0);
+        // One reads the old process's build id before the upgrade, one
+        // only its map.
+        let (mut early, mut late) = (interner(), interner());
         let start = || {
             let child = std::process::Command::new(&installed).spawn().unwrap();
             wait_until_asleep(child.id());
@@ -1165,33 +1219,33 @@ mod tests {
                 .into_iter()
                 .find(|m| m.path.as_deref() == installed.to_str())
                 .unwrap();
-            (child, code.start)
-        };
-        let mut build_id_at = |child: &std::process::Child, address: u64| {
             let running = Running {
                 pid: child.id(),
                 program: Program::default(),
             };
-            interner.user_frame(running, address).build_id
+            (child, running, code.start)
         };
-        let (mut before, before_code) = start();
-        assert_eq!(build_id_at(&before, before_code), read_build_id(&old));
+        let (mut before, before_running, before_code) = start();
+        let early_id = early.user_frame(before_running, before_code).build_id;
+        assert!(late.mapping_of(before_running, before_code).is_some());
         std::fs::rename(&new, &installed).unwrap();
-        let (mut after, after_code) = start();
-        let ids = (
-            build_id_at(&after, after_code),
-            build_id_at(&before, before_code),
-        );
+        let (mut after, after_running, after_code) = start();
+        early.build_ids.trust = Duration::ZERO;
+        late.build_ids.trust = Duration::ZERO;
+        let ids = [
+            early.user_frame(after_running, after_code).build_id,
+            early.user_frame(before_running, before_code).build_id,
+            late.user_frame(before_running, before_code).build_id,
+        ];
         for child in [&mut before, &mut after] {
             child.kill().unwrap();
             child.wait().unwrap();
         }
-        assert_eq!(
-            ids.0,
-            read_build_id(&installed),
-            "started after the upgrade"
-        );
-        assert_eq!(ids.1, read_build_id(&old), "started before the upgrade");
+        let (old_id, new_id) = (read_build_id(&old), read_build_id(&installed));
+        assert_eq!(early_id, old_id);
+        assert_eq!(ids[0], new_id, "started after the upgrade");
+        assert_eq!(ids[1], old_id, "started before, its id read before");
+        assert_eq!(ids[2], old_id, "started before, its id first read after");
     }
 
     /// A file rewritten in place keeps its path and inode: its build id is
