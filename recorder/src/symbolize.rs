@@ -771,8 +771,10 @@ struct Modules {
     /// (the file replaced by an upgrade) has every module opened afresh,
     /// once the file there is that build.
     open: HashMap<String, Option<String>>,
-    /// The build ids of the files at the paths opened: a frame is named
-    /// from a file only if it is the frame's build.
+    /// The build ids of the files at paths here: a frame is named from a
+    /// file only if it is the frame's build, and a container's module is
+    /// read from the file at its path here when that is its build
+    /// ([`module_file`]).
     file_ids: crate::stacks::BuildIds<String>,
     /// Per module path: how its frames are named.
     namings: HashMap<String, ModuleFacts>,
@@ -995,9 +997,6 @@ fn run(
     return_free_heap();
     let mut modules = Modules::new(MODULE_MEMORY_BUDGET, self_resident_bytes);
     modules.opened = opened;
-    // Build ids of the files here that containers' modules may be read
-    // from, by path: checked by their stat, as an upgrade here replaces them.
-    let mut host_ids = crate::stacks::BuildIds::<String>::default();
     // JIT frames named since they were written: sent again, with names.
     let send_named_jit_frames = |perf_maps: &mut PerfMaps, final_read: bool| {
         perf_maps
@@ -1038,7 +1037,7 @@ fn run(
                 row.open_path.as_deref(),
                 &module,
                 build_id.as_deref(),
-                |path| host_ids.get(path.to_owned(), Path::new(path)),
+                |path| modules.file_ids.get(path.to_owned(), Path::new(path)),
             );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
         } else if row.module.is_none() && row.maybe_jit {
