@@ -16,8 +16,8 @@
 //!   file is renamed into place; [`recover_recording`] turns the journals a
 //!   dead recorder left into ordinary sorted chunks.
 //! - Memory is bounded: rows wait for their row group in the sink until
-//!   [`layout::ROW_GROUP_ROWS`] have gathered ([`layout::CPU_SAMPLE_ROW_GROUP_ROWS`] for
-//!   `cpu_sample`), then are sorted and encoded at once.
+//!   [`layout::ROW_GROUP_ROWS`] have gathered ([`layout::LARGE_ROW_GROUP_ROWS`] for
+//!   `cpu_sample` and `stack`), then are sorted and encoded at once.
 //! - Within each row group, rows are sorted by the table's sort key (for
 //!   example `cpu, ts`), and the file declares it in its metadata.
 //! - Every file carries the schema version, table, host and boot id in its
@@ -938,32 +938,41 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn cpu_samples_gather_a_larger_row_group() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut sink = TableSink::new(
-            &PrivateDir::open(dir.path()).unwrap(),
-            &hindsight_schemas::tables::CPU_SAMPLE,
-            &stamp(),
-        )
-        .unwrap();
-        // Past the other tables' bound, within cpu_sample's: one row group.
+    fn cpu_samples_and_stacks_gather_a_larger_row_group() {
+        // Past the other tables' bound, within these tables': one row group.
         let rows = layout::ROW_GROUP_ROWS + layout::ROW_GROUP_ROWS / 2;
-        let mut b = crate::rows::CpuSampleRows::new();
+        let mut samples = crate::rows::CpuSampleRows::new();
         for i in 0..rows as i64 {
-            b.ts.append_value(i);
-            b.cpu.append_value((i % 2) as i32);
-            b.tid.append_value(7);
-            b.pid.append_value(7);
-            b.comm.append_value("burn");
-            b.stack_id.append_value(i % 100);
-            b.kernel.append_value(false);
+            samples.ts.append_value(i);
+            samples.cpu.append_value((i % 2) as i32);
+            samples.tid.append_value(7);
+            samples.pid.append_value(7);
+            samples.comm.append_value("burn");
+            samples.stack_id.append_value(i % 100);
+            samples.kernel.append_value(false);
         }
-        sink.write(&b.finish(), "c-000003.parquet").unwrap();
-        let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
-            panic!("a chunk was open")
-        };
-        let groups = row_group_rows_of(&path);
-        assert_eq!(groups, [rows as i64]);
+        let mut stacks = crate::rows::StackRows::new();
+        for stack_id in 0..rows as i64 / 16 {
+            stacks.push(stack_id, &[stack_id % 1000; 16]);
+        }
+        let batches = [
+            (&hindsight_schemas::tables::CPU_SAMPLE, samples.finish()),
+            (&hindsight_schemas::tables::STACK, stacks.finish()),
+        ];
+        for (table, batch) in batches {
+            let dir = tempfile::tempdir().unwrap();
+            let mut sink =
+                TableSink::new(&PrivateDir::open(dir.path()).unwrap(), table, &stamp()).unwrap();
+            // As the ring thread hands them over: a drain's rows at a time.
+            for start in (0..rows).step_by(4096) {
+                let slice = batch.slice(start, 4096.min(rows - start));
+                sink.write(&slice, "c-000003.parquet").unwrap();
+            }
+            let Closed::File { path, .. } = sink.close_chunk().unwrap() else {
+                panic!("a chunk was open")
+            };
+            assert_eq!(row_group_rows_of(&path), [rows as i64], "{}", table.name);
+        }
     }
 
     #[test]

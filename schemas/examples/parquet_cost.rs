@@ -3,7 +3,7 @@
 //! records this way (issue 17, BENCHMARKS.md).
 //!
 //! Reads a table's rows from a recording's chunks and writes them again in
-//! memory, a row group per 32 Ki rows (128 Ki for `cpu_sample`) as the
+//! memory, a row group per 32 Ki rows (128 Ki for `cpu_sample` and `stack`) as the
 //! recorder writes them (`layout::row_group_rows`): with
 //! the recorder's writer properties, and with the alternatives the profile
 //! asks about (integer columns without dictionaries, all or one at a time,

@@ -49,19 +49,22 @@ pub mod key {
 /// bound the writer's memory (about 60 bytes a row, per table).
 pub const ROW_GROUP_ROWS: usize = 32 * 1024;
 
-/// `cpu_sample`'s bound instead: a minute of 999 Hz on 2 CPUs (120 k
-/// samples) in one row group, so its stack ids' dictionary (8 bytes an id,
-/// hashes that do not compress) is written once a chunk, not four times:
-/// `stack_id` took 1.47-1.54 B a sample against 1.55-1.75 (BENCHMARKS.md,
-/// "Bytes per sample on a steady process"). Its rows are small (six
-/// fixed-width columns and a name's dictionary key), and at the default
-/// 49 Hz a minute of 40 CPUs fits.
-pub const CPU_SAMPLE_ROW_GROUP_ROWS: usize = 128 * 1024;
+/// `cpu_sample`'s and `stack`'s bound instead: a minute of 999 Hz on 2
+/// CPUs (120 k samples) in one row group, so the dictionary of 64-bit
+/// hashes (8 bytes an id, which do not compress) is written once a chunk,
+/// not four times. `cpu_sample.stack_id` took 1.47-1.54 B a sample against
+/// 1.55-1.75 (BENCHMARKS.md, "Bytes per sample on a steady process");
+/// and a parallel build's `stack` file (a minute's stacks: 87 k rows, three
+/// row groups, each with its own dictionary of the frames' ids) took 18 %
+/// fewer bytes in one (BENCHMARKS.md, "One row group a chunk for `stack`").
+/// Both tables' rows are small (`stack`: three fixed-width columns), and at
+/// the default 49 Hz a minute of 40 CPUs fits.
+pub const LARGE_ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// How many rows of `table` make a row group of a recorded chunk.
 pub fn row_group_rows(table: &Table) -> usize {
-    if table.name == crate::tables::CPU_SAMPLE.name {
-        CPU_SAMPLE_ROW_GROUP_ROWS
+    if [crate::tables::CPU_SAMPLE.name, crate::tables::STACK.name].contains(&table.name) {
+        LARGE_ROW_GROUP_ROWS
     } else {
         ROW_GROUP_ROWS
     }
