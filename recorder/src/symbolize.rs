@@ -35,8 +35,8 @@ use blazesym::symbolize::{
 
 use crate::{
     elf::{
-        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name, DebugInfo,
-        LoadSegment,
+        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name,
+        stripped_symbols_start, DebugInfo, LoadSegment,
     },
     procfs::self_resident_bytes,
     stacks::FrameRow,
@@ -144,6 +144,9 @@ struct ModuleFacts {
     segments: Vec<LoadSegment>,
     /// File ranges of its PLT stubs, which no symbol covers.
     plt: Vec<std::ops::Range<u64>>,
+    /// Below this address its own symbol tables name nothing
+    /// ([`stripped_symbols_start`]); 0 when that is not known.
+    symbols_start: u64,
     /// Times it was opened while named from its DWARF.
     dwarf_opens: u32,
 }
@@ -177,6 +180,10 @@ fn name_user_frame(
         }
     };
     let module = Path::new(path);
+    let own_symbols_may_name = |offset: u64| {
+        load_address(&module_facts.segments, offset)
+            .is_none_or(|address| address >= module_facts.symbols_start)
+    };
     let find = |offset: u64| {
         let found = match naming {
             Naming::Dwarf => lookup(module, true, Input::FileOffset(offset)),
@@ -186,7 +193,11 @@ fn name_user_frame(
         };
         // What DWARF or a debug file could not name, the module's own
         // symbol tables may still.
-        found.or_else(|| lookup(module, false, Input::FileOffset(offset)))
+        found.or_else(|| {
+            own_symbols_may_name(offset)
+                .then(|| lookup(module, false, Input::FileOffset(offset)))
+                .flatten()
+        })
     };
     // A return address just past a call that never returns (libc's `exit`
     // ends with its call to `__run_exit_handlers`) lies past its function's
@@ -877,6 +888,7 @@ impl Modules {
             };
             let segments = load_segments(Path::new(path)).unwrap_or_default();
             let plt = plt_ranges(Path::new(path));
+            let symbols_start = stripped_symbols_start(Path::new(path)).unwrap_or(0);
             self.namings.insert(
                 path.to_string(),
                 ModuleFacts {
@@ -884,6 +896,7 @@ impl Modules {
                     naming,
                     segments,
                     plt,
+                    symbols_start,
                 },
             );
         }
@@ -1316,6 +1329,56 @@ pub(crate) mod tests {
         };
         Modules::new(u64::MAX, self_resident_bytes).name(exe, None, stub, &mut row);
         assert_eq!(row.function.as_deref(), Some("puts@plt"));
+    }
+
+    #[test]
+    fn a_stripped_programs_frames_are_named_by_its_dynamic_symbols() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = "int twice(int x) { return 2 * x; }\n\
+                       __attribute__((noinline)) int exported(int x) { return twice(x) + 1; }\n\
+                       int main(int argc, char **argv) { return exported(argc); }\n";
+        let full = compile_c(dir.path(), program, &["-O1"]);
+        assert_eq!(stripped_symbols_start(&full), None, "it has a .symtab");
+        let stripped = dir.path().join("stripped");
+        std::fs::rename(
+            compile_c(
+                dir.path(),
+                program,
+                &["-O1", "-s", "-Wl,--export-dynamic-symbol=exported"],
+            ),
+            &stripped,
+        )
+        .unwrap();
+        // (value, name) of the symbols .dynsym defines, as readelf reads them.
+        let out = std::process::Command::new("readelf")
+            .args(["-W", "--dyn-syms"])
+            .arg(&stripped)
+            .output()
+            .unwrap();
+        let defined: Vec<(u64, String)> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[0].trim_end_matches(':').parse::<u32>().is_ok() && f[6] != "UND")
+                    .then(|| (u64::from_str_radix(f[1], 16).unwrap(), f[7].to_owned()))
+            })
+            .collect();
+        assert_eq!(
+            stripped_symbols_start(&stripped),
+            defined.iter().map(|(value, _)| *value).min()
+        );
+        let (address, _) = defined.iter().find(|(_, n)| n == "exported").unwrap();
+        let segments = load_segments(&stripped).unwrap();
+        let code = segments.iter().find(|s| s.executable).unwrap();
+        let offset = address - code.address + code.offset + 1;
+        let path = stripped.to_str().unwrap();
+        let mut row = FrameRow {
+            module: Some(path.into()),
+            file_offset: Some(offset),
+            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
+        assert_eq!(row.function.as_deref(), Some("exported"));
     }
 
     #[test]
