@@ -11,6 +11,7 @@
 //! run); anything else reads as carrying no debug info.
 
 use std::{
+    collections::HashMap,
     fs::File,
     io,
     os::unix::fs::FileExt,
@@ -285,6 +286,88 @@ pub fn stripped_symbols_start(module: &Path) -> Option<u64> {
             .min()
             .unwrap_or(u64::MAX),
     )
+}
+
+/// The name perf shows for each address that several functions of `file`
+/// share, by perf's own choice among them (`choose_best_symbol` in its
+/// `util/symbol.c`): a sized symbol over a sizeless one, not weak over
+/// weak, global over local, fewer leading underscores, the longer name,
+/// else the first in the table. libc's debug file has four names for
+/// `read` (`__libc_read`, `__GI___libc_read`, `__GI___read`, `read`) and
+/// 1,777 such addresses; blazesym names the first it finds, perf and the
+/// program's source say `read`. From `.symtab`, else `.dynsym`; at most
+/// `limit` addresses (none past it). Mangled names (C++, Rust) are left
+/// to blazesym, which demangles them.
+pub fn preferred_aliases(file: &Path, limit: usize) -> HashMap<u64, Box<str>> {
+    const STT_FUNC: u8 = 2;
+    const STT_GNU_IFUNC: u8 = 10;
+    const STB_GLOBAL: u8 = 1;
+    const STB_WEAK: u8 = 2;
+    let Ok(opened) = File::open(file) else {
+        return HashMap::new();
+    };
+    let sections = sections(&opened).unwrap_or_default();
+    let named = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
+    let Some((symbols, strings)) = named(b".symtab")
+        .zip(named(b".strtab"))
+        .or_else(|| named(b".dynsym").zip(named(b".dynstr")))
+    else {
+        return HashMap::new();
+    };
+    let (Ok(symbols), Ok(strings)) = (
+        section_data(&opened, symbols),
+        section_data(&opened, strings),
+    ) else {
+        return HashMap::new();
+    };
+    let name_at = |at: u32| -> &[u8] {
+        let rest = strings.get(at as usize..).unwrap_or_default();
+        &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+    };
+    // (address, sized, not weak, global, name) of every defined function.
+    let mut functions: Vec<(u64, bool, bool, bool, &[u8])> = symbols
+        .chunks_exact(24)
+        .filter(|s| matches!(s[4] & 0xf, STT_FUNC | STT_GNU_IFUNC) && u16_at(s, 6) != 0)
+        .map(|s| {
+            let binding = s[4] >> 4;
+            (
+                u64_at(s, 8),
+                u64_at(s, 16) > 0,
+                binding != STB_WEAK,
+                binding == STB_GLOBAL,
+                name_at(u32_at(s, 0)),
+            )
+        })
+        .filter(|f| f.0 != 0 && !f.4.is_empty())
+        .collect();
+    functions.sort_by_key(|f| f.0);
+    let underscores = |name: &[u8]| name.iter().take_while(|&&b| b == b'_').count();
+    let mut aliases = HashMap::new();
+    for same in functions.chunk_by(|a, b| a.0 == b.0) {
+        if same.iter().all(|f| f.4 == same[0].4) {
+            continue;
+        }
+        if aliases.len() == limit {
+            return HashMap::new();
+        }
+        // max_by_key keeps the last of equals; the first is perf's.
+        let best = same.iter().rev().max_by_key(|f| {
+            (
+                f.1,
+                f.2,
+                f.3,
+                std::cmp::Reverse(underscores(f.4)),
+                f.4.len(),
+            )
+        });
+        let Some(&(address, .., name)) = best else {
+            continue;
+        };
+        if !(name.starts_with(b"_Z") || name.starts_with(b"_R")) {
+            aliases.insert(address, String::from_utf8_lossy(name).into());
+        }
+    }
+    aliases
 }
 
 /// The virtual address at which byte `offset` of a module with `segments`

@@ -36,7 +36,7 @@ use blazesym::symbolize::{
 use crate::{
     elf::{
         load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name,
-        stripped_symbols_start, DebugInfo, LoadSegment,
+        preferred_aliases, stripped_symbols_start, DebugInfo, LoadSegment,
     },
     procfs::self_resident_bytes,
     stacks::FrameRow,
@@ -147,6 +147,9 @@ struct ModuleFacts {
     /// Below this address its own symbol tables name nothing
     /// ([`stripped_symbols_start`]); 0 when that is not known.
     symbols_start: u64,
+    /// perf's name for each address several functions share, from the
+    /// file that names it ([`preferred_aliases`]).
+    aliases: HashMap<u64, Box<str>>,
     /// Times it was opened while named from its DWARF.
     dwarf_opens: u32,
 }
@@ -206,7 +209,10 @@ fn name_user_frame(
     let Some(sym) = find(offset).or_else(|| find(offset.checked_sub(1)?)) else {
         return;
     };
-    row.function = Some(sym.name.to_string());
+    row.function = Some(match module_facts.aliases.get(&sym.addr) {
+        Some(name) => name.to_string(),
+        None => sym.name.to_string(),
+    });
     if let Some(code) = &sym.code_info {
         let file = match &code.dir {
             Some(dir) => dir.join(&*code.file).to_string_lossy().into_owned(),
@@ -408,6 +414,10 @@ const MAX_DWARF_OPENS: u32 = 3;
 /// Modules whose DWARF size is remembered; past this the memory starts
 /// afresh (a host that keeps making new binaries).
 const MAX_REMEMBERED_MODULES: usize = 4096;
+
+/// Addresses with several names kept over the modules remembered (about
+/// 60 bytes each): libc's debug file has 1,777.
+const MAX_ALIAS_NAMES: usize = 32 * 1024;
 
 /// `/tmp/perf-<pid>.map` texts kept for naming JIT frames: at most this
 /// many processes' and this many bytes in all (past either, they are read
@@ -789,6 +799,8 @@ struct Modules {
     file_ids: crate::stacks::BuildIds<String>,
     /// Per module path: how its frames are named.
     namings: HashMap<String, ModuleFacts>,
+    /// Entries of the `aliases` of `namings`.
+    alias_names: usize,
     /// Per build id, the path its module was opened by: the same binary
     /// run in other containers (seen through each one's `/proc/<pid>/root`,
     /// another path each time) is the same file, named from the one open.
@@ -816,6 +828,7 @@ impl Modules {
             open: HashMap::new(),
             file_ids: crate::stacks::BuildIds::default(),
             namings: HashMap::new(),
+            alias_names: 0,
             by_build_id: HashMap::new(),
             last_user_frame: Instant::now(),
             budget_checked_at: Instant::now(),
@@ -878,8 +891,9 @@ impl Modules {
             }
         }
         if !self.namings.contains_key(path) {
-            if self.namings.len() >= MAX_REMEMBERED_MODULES {
+            if self.namings.len() >= MAX_REMEMBERED_MODULES || self.alias_names > MAX_ALIAS_NAMES {
                 self.namings.clear();
+                self.alias_names = 0;
             }
             let naming = match module_debug_info(Path::new(path)) {
                 Some(DebugInfo::Own(bytes)) if bytes <= MAX_MODULE_DWARF => Naming::Dwarf,
@@ -889,6 +903,12 @@ impl Modules {
             let segments = load_segments(Path::new(path)).unwrap_or_default();
             let plt = plt_ranges(Path::new(path));
             let symbols_start = stripped_symbols_start(Path::new(path)).unwrap_or(0);
+            let naming_file = match &naming {
+                Naming::SeparateSymbols(debug) => debug.as_path(),
+                Naming::Dwarf | Naming::Symbols => Path::new(path),
+            };
+            let aliases = preferred_aliases(naming_file, MAX_ALIAS_NAMES);
+            self.alias_names += aliases.len();
             self.namings.insert(
                 path.to_string(),
                 ModuleFacts {
@@ -897,6 +917,7 @@ impl Modules {
                     segments,
                     plt,
                     symbols_start,
+                    aliases,
                 },
             );
         }
@@ -1379,6 +1400,61 @@ pub(crate) mod tests {
         };
         Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
         assert_eq!(row.function.as_deref(), Some("exported"));
+    }
+
+    /// The file offset of the start of `function` in the ELF `module`, by
+    /// `readelf` (its first symbol of that name in either table, versions
+    /// stripped).
+    fn readelf_offset(module: &Path, function: &str) -> u64 {
+        let out = std::process::Command::new("readelf")
+            .args(["-W", "-s"])
+            .arg(module)
+            .output()
+            .unwrap();
+        let address = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[3] == "FUNC" && f[7].split('@').next() == Some(function))
+                    .then(|| u64::from_str_radix(f[1], 16).unwrap())
+            })
+            .unwrap();
+        let segments = load_segments(module).unwrap();
+        let code = segments.iter().find(|s| s.executable).unwrap();
+        address - code.address + code.offset
+    }
+
+    fn function_at(module: &Path, offset: u64) -> Option<String> {
+        let path = module.to_str().unwrap();
+        let mut row = FrameRow {
+            module: Some(path.into()),
+            file_offset: Some(offset),
+            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
+        row.function
+    }
+
+    #[test]
+    fn a_function_of_several_names_is_given_the_one_perf_gives() {
+        // Global over weak and local, then the fewest leading underscores.
+        let dir = tempfile::tempdir().unwrap();
+        let exe = compile_c(
+            dir.path(),
+            "int __internal_work(int x) { return x * 7; }\n\
+             extern int work(int) __attribute__((alias(\"__internal_work\")));\n\
+             extern int a_weak_name(int) __attribute__((weak, alias(\"__internal_work\")));\n\
+             static int a_local_name(int) __attribute__((alias(\"__internal_work\"), used));\n\
+             int main(int argc, char **argv) { return work(argc); }\n",
+            &["-O1"],
+        );
+        let offset = readelf_offset(&exe, "work");
+        assert_eq!(function_at(&exe, offset + 1).as_deref(), Some("work"));
+        // libc's `read`, named from its debug file (libc6-dbg) by four
+        // names there, by two in its own `.dynsym` (`read`, `__read`).
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let offset = readelf_offset(libc, "read");
+        assert_eq!(function_at(libc, offset + 4).as_deref(), Some("read"));
     }
 
     #[test]
