@@ -416,7 +416,7 @@ const MAX_DWARF_OPENS: u32 = 3;
 const MAX_REMEMBERED_MODULES: usize = 4096;
 
 /// Addresses with several names kept over the modules remembered (about
-/// 60 bytes each): libc's debug file has 1,777.
+/// 60 bytes each): libc's debug file has 1,776.
 const MAX_ALIAS_NAMES: usize = 32 * 1024;
 
 /// `/tmp/perf-<pid>.map` texts kept for naming JIT frames: at most this
