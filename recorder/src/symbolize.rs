@@ -1330,6 +1330,57 @@ pub(crate) mod tests {
         exe
     }
 
+    /// The symbols `readelf -W` lists with `table` (`-s`, `--dyn-syms`) in
+    /// the ELF `module`: (value, size, type, section, name without version).
+    fn readelf_symbols(module: &Path, table: &str) -> Vec<(u64, u64, String, String, String)> {
+        let out = std::process::Command::new("readelf")
+            .args(["-W", table])
+            .arg(module)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[0].trim_end_matches(':').parse::<u32>().is_ok()).then(|| {
+                    (
+                        u64::from_str_radix(f[1], 16).unwrap(),
+                        f[2].parse().unwrap_or(0),
+                        f[3].to_owned(),
+                        f[6].to_owned(),
+                        f[7].split('@').next().unwrap().to_owned(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The file offset of `address` in the ELF `module`'s code.
+    fn code_offset(module: &Path, address: u64) -> u64 {
+        let segments = load_segments(module).unwrap();
+        let code = segments.iter().find(|s| s.executable).unwrap();
+        address - code.address + code.offset
+    }
+
+    /// The file offset of the start of `function` in the ELF `module`, by
+    /// `readelf` (its first symbol of that name in either table).
+    fn readelf_offset(module: &Path, function: &str) -> u64 {
+        let symbols = readelf_symbols(module, "-s");
+        let found = symbols.iter().find(|s| s.2 == "FUNC" && s.4 == function);
+        code_offset(module, found.unwrap().0)
+    }
+
+    fn function_at(module: &Path, offset: u64) -> Option<String> {
+        let path = module.to_str().unwrap();
+        let mut row = FrameRow {
+            module: Some(path.into()),
+            file_offset: Some(offset),
+            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
+        };
+        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
+        row.function
+    }
+
     #[test]
     fn a_programs_plt_stub_is_named_for_its_target_not_for_init() {
         // `_init`, sized 0 at the end of `.init`, comes just before `.plt`:
@@ -1340,16 +1391,9 @@ pub(crate) mod tests {
             "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n",
             &["-O0"],
         );
-        let exe = exe.to_str().unwrap();
-        let stubs = plt_ranges(Path::new(exe));
+        let stubs = plt_ranges(&exe);
         let stub = stubs.iter().find(|r| r.end - r.start > 16).unwrap().start + 16 + 4;
-        let mut row = FrameRow {
-            module: Some(exe.into()),
-            file_offset: Some(stub),
-            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + stub, 1)
-        };
-        Modules::new(u64::MAX, self_resident_bytes).name(exe, None, stub, &mut row);
-        assert_eq!(row.function.as_deref(), Some("puts@plt"));
+        assert_eq!(function_at(&exe, stub).as_deref(), Some("puts@plt"));
     }
 
     #[test]
@@ -1370,69 +1414,17 @@ pub(crate) mod tests {
             &stripped,
         )
         .unwrap();
-        // (value, name) of the symbols .dynsym defines, as readelf reads them.
-        let out = std::process::Command::new("readelf")
-            .args(["-W", "--dyn-syms"])
-            .arg(&stripped)
-            .output()
-            .unwrap();
-        let defined: Vec<(u64, String)> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 8 && f[0].trim_end_matches(':').parse::<u32>().is_ok() && f[6] != "UND")
-                    .then(|| (u64::from_str_radix(f[1], 16).unwrap(), f[7].to_owned()))
-            })
-            .collect();
+        let defined = readelf_symbols(&stripped, "--dyn-syms")
+            .into_iter()
+            .filter(|s| s.3 != "UND")
+            .map(|s| s.0)
+            .min();
+        assert_eq!(stripped_symbols_start(&stripped), defined);
+        let offset = readelf_offset(&stripped, "exported");
         assert_eq!(
-            stripped_symbols_start(&stripped),
-            defined.iter().map(|(value, _)| *value).min()
+            function_at(&stripped, offset + 1).as_deref(),
+            Some("exported")
         );
-        let (address, _) = defined.iter().find(|(_, n)| n == "exported").unwrap();
-        let segments = load_segments(&stripped).unwrap();
-        let code = segments.iter().find(|s| s.executable).unwrap();
-        let offset = address - code.address + code.offset + 1;
-        let path = stripped.to_str().unwrap();
-        let mut row = FrameRow {
-            module: Some(path.into()),
-            file_offset: Some(offset),
-            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
-        };
-        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
-        assert_eq!(row.function.as_deref(), Some("exported"));
-    }
-
-    /// The file offset of the start of `function` in the ELF `module`, by
-    /// `readelf` (its first symbol of that name in either table, versions
-    /// stripped).
-    fn readelf_offset(module: &Path, function: &str) -> u64 {
-        let out = std::process::Command::new("readelf")
-            .args(["-W", "-s"])
-            .arg(module)
-            .output()
-            .unwrap();
-        let address = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 8 && f[3] == "FUNC" && f[7].split('@').next() == Some(function))
-                    .then(|| u64::from_str_radix(f[1], 16).unwrap())
-            })
-            .unwrap();
-        let segments = load_segments(module).unwrap();
-        let code = segments.iter().find(|s| s.executable).unwrap();
-        address - code.address + code.offset
-    }
-
-    fn function_at(module: &Path, offset: u64) -> Option<String> {
-        let path = module.to_str().unwrap();
-        let mut row = FrameRow {
-            module: Some(path.into()),
-            file_offset: Some(offset),
-            ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
-        };
-        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
-        row.function
     }
 
     #[test]
@@ -1461,37 +1453,14 @@ pub(crate) mod tests {
     fn a_return_address_past_a_noreturn_call_is_named_for_the_caller() {
         // libc's `exit` (26 bytes) ends with its call to
         // `__run_exit_handlers`: the return address is its end, in no symbol.
-        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
-        let out = std::process::Command::new("readelf")
-            .args(["-sW", libc])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let (start, size) = text
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 8 && f[7].starts_with("exit@@") && f[3] == "FUNC").then(|| {
-                    (
-                        u64::from_str_radix(f[1], 16).unwrap(),
-                        f[2].parse::<u64>().unwrap(),
-                    )
-                })
-            })
-            .unwrap();
-        let segments = load_segments(Path::new(libc)).unwrap();
-        let code = segments.iter().find(|s| s.executable).unwrap();
-        let end = start + size - code.address + code.offset;
-        let mut row = FrameRow {
-            module: Some(libc.into()),
-            file_offset: Some(end),
-            ..FrameRow::unnamed(1, false, 0x7f00_0000_0000 + end, 1)
-        };
-        Modules::new(u64::MAX, self_resident_bytes).name(libc, None, end, &mut row);
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let symbols = readelf_symbols(libc, "-s");
+        let exit = symbols.iter().find(|s| s.2 == "FUNC" && s.4 == "exit");
+        let (start, size) = exit.map(|s| (s.0, s.1)).unwrap();
+        let function = function_at(libc, code_offset(libc, start + size));
         assert!(
-            row.function.as_deref().is_some_and(|f| f.ends_with("exit")),
-            "{:?}",
-            row.function
+            function.as_deref().is_some_and(|f| f.ends_with("exit")),
+            "{function:?}"
         );
     }
 
