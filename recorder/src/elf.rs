@@ -259,118 +259,134 @@ pub fn load_segments(module: &Path) -> Option<Vec<LoadSegment>> {
     )
 }
 
-/// The lowest address a symbol of `module` starts at, where `.dynsym` is
-/// its only symbol table (a stripped binary: Debian's `cc1`, `as`, most of
-/// `/usr/bin`); `u64::MAX` when no symbol there is defined. None when it
-/// has a `.symtab` or no readable `.dynsym`.
-///
-/// No symbol names an address below it, yet blazesym answers such an
-/// address only after stepping over every undefined symbol (all at address
-/// 0: 151 in Debian's `as`) twice, and a frame not named is looked up
-/// twice. In a parallel build of C, 149 of `as`'s 152 frames lay there
-/// (BENCHMARKS.md, "Frames below a stripped program's first symbol").
-pub fn stripped_symbols_start(module: &Path) -> Option<u64> {
-    const SHN_UNDEF: u16 = 0;
-    let file = File::open(module).ok()?;
-    let sections = sections(&file).ok()?;
-    if sections.iter().any(|s| s.name == b".symtab" && s.size > 0) {
-        return None;
-    }
-    let dynsym = sections.iter().find(|s| s.name == b".dynsym")?;
-    let symbols = section_data(&file, dynsym).ok()?;
-    Some(
-        symbols
-            .chunks_exact(24)
-            .filter(|symbol| u16_at(symbol, 6) != SHN_UNDEF)
-            .map(|symbol| u64_at(symbol, 8))
-            .min()
-            .unwrap_or(u64::MAX),
-    )
+/// An ELF file's symbol table (`.symtab`, else `.dynsym`), read once for
+/// what the symbolizer asks of it beyond blazesym; its names are read only
+/// when asked for.
+pub struct SymbolTable {
+    file: File,
+    /// Whether it is `.dynsym`: the file has no `.symtab` (a stripped
+    /// binary: Debian's `cc1`, `as`, most of `/usr/bin`).
+    dynamic: bool,
+    symbols: Vec<u8>,
+    strings: Section,
 }
 
-/// The name perf shows for each address that several functions of `file`
-/// share, by perf's own choice among them (`choose_best_symbol` in its
-/// `util/symbol.c`): a sized symbol over a sizeless one, not weak over
-/// weak, global over local, fewer leading underscores, the longer name,
-/// else the first in the table. libc's debug file has four names for
-/// `read` (`__libc_read`, `__GI___libc_read`, `__GI___read`, `read`) and
-/// 1,776 such addresses; blazesym names the first it finds, perf and the
-/// program's source say `read`. From `.symtab`, else `.dynsym`; at most
-/// `limit` addresses (none past it). Mangled names (C++, Rust) are left
-/// to blazesym, which demangles them.
-pub fn preferred_aliases(file: &Path, limit: usize) -> HashMap<u64, Box<str>> {
-    const STT_FUNC: u8 = 2;
-    const STT_GNU_IFUNC: u8 = 10;
-    const STB_GLOBAL: u8 = 1;
-    const STB_WEAK: u8 = 2;
-    let Ok(opened) = File::open(file) else {
-        return HashMap::new();
-    };
-    let sections = sections(&opened).unwrap_or_default();
-    let named = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
-    let Some((symbols, strings)) = named(b".symtab")
-        .zip(named(b".strtab"))
-        .or_else(|| named(b".dynsym").zip(named(b".dynstr")))
-    else {
-        return HashMap::new();
-    };
-    let Ok(symbols) = section_data(&opened, symbols) else {
-        return HashMap::new();
-    };
-    // (address, index) of every defined function; names are read only
-    // where an address has several (1.1-3.3 ms for cc1's 27,107 functions
-    // at 800 addresses, all C++ and so left alone; 0.5-0.8 ms for libc's
-    // debug file).
-    let mut functions: Vec<(u64, usize)> = symbols
-        .chunks_exact(24)
-        .enumerate()
-        .filter(|(_, s)| {
-            matches!(s[4] & 0xf, STT_FUNC | STT_GNU_IFUNC) && u16_at(s, 6) != 0 && u64_at(s, 8) != 0
-        })
-        .map(|(index, s)| (u64_at(s, 8), index))
-        .collect();
-    functions.sort_unstable();
-    let shared: Vec<&[(u64, usize)]> = functions
-        .chunk_by(|a, b| a.0 == b.0)
-        .filter(|same| same.len() > 1)
-        .collect();
-    if shared.is_empty() || shared.len() > limit {
-        return HashMap::new();
-    }
-    let Ok(strings) = section_data(&opened, strings) else {
-        return HashMap::new();
-    };
-    let name_of = |index: usize| -> &[u8] {
-        let at = u32_at(&symbols[index * 24..], 0) as usize;
-        let rest = strings.get(at..).unwrap_or_default();
-        &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
-    };
-    let underscores = |name: &[u8]| name.iter().take_while(|&&b| b == b'_').count();
-    let mut aliases = HashMap::new();
-    for same in shared {
-        // The table's first of equals is perf's choice, and max_by_key
-        // keeps the last: hence rev.
-        let best = same.iter().rev().max_by_key(|&&(_, index)| {
-            let symbol = &symbols[index * 24..];
-            let (binding, name) = (symbol[4] >> 4, name_of(index));
-            (
-                u64_at(symbol, 16) > 0,
-                binding != STB_WEAK,
-                binding == STB_GLOBAL,
-                std::cmp::Reverse(underscores(name)),
-                name.len(),
-            )
-        });
-        let Some(&(address, index)) = best else {
-            continue;
+impl SymbolTable {
+    /// The symbol table of `file`; None when it has none readable.
+    pub fn read(file: &Path) -> Option<SymbolTable> {
+        let file = File::open(file).ok()?;
+        let sections = sections(&file).ok()?;
+        let named = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
+        let (dynamic, (symbols, strings)) = match named(b".symtab") {
+            Some(symtab) => (false, (symtab, named(b".strtab")?)),
+            None => (true, named(b".dynsym").zip(named(b".dynstr"))?),
         };
-        let name = name_of(index);
-        let differ = same.iter().any(|&(_, other)| name_of(other) != name);
-        if differ && !name.is_empty() && !(name.starts_with(b"_Z") || name.starts_with(b"_R")) {
-            aliases.insert(address, String::from_utf8_lossy(name).into());
-        }
+        Some(SymbolTable {
+            symbols: section_data(&file, symbols).ok()?,
+            strings: strings.clone(),
+            dynamic,
+            file,
+        })
     }
-    aliases
+
+    fn entries(&self) -> impl Iterator<Item = &[u8]> {
+        self.symbols.chunks_exact(24)
+    }
+
+    /// The lowest address a symbol starts at, where `.dynsym` is the
+    /// file's only table; `u64::MAX` when no symbol there is defined. None
+    /// for a `.symtab`.
+    ///
+    /// No symbol names an address below it, yet blazesym answers such an
+    /// address only after stepping over every undefined symbol (all at
+    /// address 0: 151 in Debian's `as`) twice, and a frame not named is
+    /// looked up twice. In a parallel build of C, 149 of `as`'s 152 frames
+    /// lay there (BENCHMARKS.md, "Frames below a stripped program's first
+    /// symbol").
+    pub fn stripped_start(&self) -> Option<u64> {
+        const SHN_UNDEF: u16 = 0;
+        self.dynamic.then(|| {
+            self.entries()
+                .filter(|symbol| u16_at(symbol, 6) != SHN_UNDEF)
+                .map(|symbol| u64_at(symbol, 8))
+                .min()
+                .unwrap_or(u64::MAX)
+        })
+    }
+
+    /// The name perf shows for each address that several functions share,
+    /// by perf's own choice among them (`choose_best_symbol` in its
+    /// `util/symbol.c`): a sized symbol over a sizeless one, not weak over
+    /// weak, global over local, fewer leading underscores, the longer
+    /// name, else the first in the table. libc's debug file has four names
+    /// for `read` (`__libc_read`, `__GI___libc_read`, `__GI___read`,
+    /// `read`) and 1,776 such addresses; blazesym names the first it
+    /// finds, perf and the program's source say `read`. At most `limit`
+    /// addresses (none past it). Mangled names (C++, Rust) are left to
+    /// blazesym, which demangles them.
+    pub fn preferred_aliases(&self, limit: usize) -> HashMap<u64, Box<str>> {
+        const STT_FUNC: u8 = 2;
+        const STT_GNU_IFUNC: u8 = 10;
+        const STB_GLOBAL: u8 = 1;
+        const STB_WEAK: u8 = 2;
+        // (address, index) of every defined function; names are read only
+        // where an address has several (1.1-3.3 ms for cc1's 27,107
+        // functions at 800 addresses, all C++ and so left alone; 0.5-0.8 ms
+        // for libc's debug file).
+        let mut functions: Vec<(u64, usize)> = self
+            .entries()
+            .enumerate()
+            .filter(|(_, s)| {
+                matches!(s[4] & 0xf, STT_FUNC | STT_GNU_IFUNC)
+                    && u16_at(s, 6) != 0
+                    && u64_at(s, 8) != 0
+            })
+            .map(|(index, s)| (u64_at(s, 8), index))
+            .collect();
+        functions.sort_unstable();
+        let shared: Vec<&[(u64, usize)]> = functions
+            .chunk_by(|a, b| a.0 == b.0)
+            .filter(|same| same.len() > 1)
+            .collect();
+        if shared.is_empty() || shared.len() > limit {
+            return HashMap::new();
+        }
+        let Ok(strings) = section_data(&self.file, &self.strings) else {
+            return HashMap::new();
+        };
+        let symbol = |index: usize| &self.symbols[index * 24..index * 24 + 24];
+        let name_of = |index: usize| -> &[u8] {
+            let rest = strings
+                .get(u32_at(symbol(index), 0) as usize..)
+                .unwrap_or_default();
+            &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+        };
+        let underscores = |name: &[u8]| name.iter().take_while(|&&b| b == b'_').count();
+        let mut aliases = HashMap::new();
+        for same in shared {
+            // The table's first of equals is perf's choice, and max_by_key
+            // keeps the last: hence rev.
+            let best = same.iter().rev().max_by_key(|&&(_, index)| {
+                let (binding, name) = (symbol(index)[4] >> 4, name_of(index));
+                (
+                    u64_at(symbol(index), 16) > 0,
+                    binding != STB_WEAK,
+                    binding == STB_GLOBAL,
+                    std::cmp::Reverse(underscores(name)),
+                    name.len(),
+                )
+            });
+            let Some(&(address, index)) = best else {
+                continue;
+            };
+            let name = name_of(index);
+            let differ = same.iter().any(|&(_, other)| name_of(other) != name);
+            if differ && !name.is_empty() && !(name.starts_with(b"_Z") || name.starts_with(b"_R")) {
+                aliases.insert(address, String::from_utf8_lossy(name).into());
+            }
+        }
+        aliases
+    }
 }
 
 /// The virtual address at which byte `offset` of a module with `segments`

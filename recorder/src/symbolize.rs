@@ -35,8 +35,8 @@ use blazesym::symbolize::{
 
 use crate::{
     elf::{
-        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name,
-        preferred_aliases, stripped_symbols_start, DebugInfo, LoadSegment,
+        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name, DebugInfo,
+        LoadSegment, SymbolTable,
     },
     procfs::self_resident_bytes,
     stacks::FrameRow,
@@ -145,10 +145,10 @@ struct ModuleFacts {
     /// File ranges of its PLT stubs, which no symbol covers.
     plt: Vec<std::ops::Range<u64>>,
     /// Below this address its own symbol tables name nothing
-    /// ([`stripped_symbols_start`]); 0 when that is not known.
+    /// ([`SymbolTable::stripped_start`]); 0 when that is not known.
     symbols_start: u64,
     /// perf's name for each address several functions share, from the
-    /// file that names it ([`preferred_aliases`]).
+    /// file that names it ([`SymbolTable::preferred_aliases`]).
     aliases: HashMap<u64, Box<str>>,
     /// Times it was opened while named from its DWARF.
     dwarf_opens: u32,
@@ -902,12 +902,15 @@ impl Modules {
             };
             let segments = load_segments(Path::new(path)).unwrap_or_default();
             let plt = plt_ranges(Path::new(path));
-            let symbols_start = stripped_symbols_start(Path::new(path)).unwrap_or(0);
-            let naming_file = match &naming {
-                Naming::SeparateSymbols(debug) => debug.as_path(),
-                Naming::Dwarf | Naming::Symbols => Path::new(path),
+            let own_symbols = SymbolTable::read(Path::new(path));
+            let symbols_start = own_symbols.as_ref().and_then(SymbolTable::stripped_start);
+            let naming_symbols = match &naming {
+                Naming::SeparateSymbols(debug) => SymbolTable::read(debug),
+                Naming::Dwarf | Naming::Symbols => own_symbols,
             };
-            let aliases = preferred_aliases(naming_file, MAX_ALIAS_NAMES);
+            let aliases = naming_symbols
+                .map(|table| table.preferred_aliases(MAX_ALIAS_NAMES))
+                .unwrap_or_default();
             self.alias_names += aliases.len();
             self.namings.insert(
                 path.to_string(),
@@ -916,7 +919,7 @@ impl Modules {
                     naming,
                     segments,
                     plt,
-                    symbols_start,
+                    symbols_start: symbols_start.unwrap_or(0),
                     aliases,
                 },
             );
@@ -1403,7 +1406,8 @@ pub(crate) mod tests {
                        __attribute__((noinline)) int exported(int x) { return twice(x) + 1; }\n\
                        int main(int argc, char **argv) { return exported(argc); }\n";
         let full = compile_c(dir.path(), program, &["-O1"]);
-        assert_eq!(stripped_symbols_start(&full), None, "it has a .symtab");
+        let stripped_start = |file: &Path| SymbolTable::read(file).unwrap().stripped_start();
+        assert_eq!(stripped_start(&full), None, "it has a .symtab");
         let stripped = dir.path().join("stripped");
         std::fs::rename(
             compile_c(
@@ -1419,7 +1423,7 @@ pub(crate) mod tests {
             .filter(|s| s.3 != "UND")
             .map(|s| s.0)
             .min();
-        assert_eq!(stripped_symbols_start(&stripped), defined);
+        assert_eq!(stripped_start(&stripped), defined);
         let offset = readelf_offset(&stripped, "exported");
         assert_eq!(
             function_at(&stripped, offset + 1).as_deref(),
