@@ -892,16 +892,14 @@ impl<K: std::hash::Hash + Eq> BuildIds<K> {
     /// The build id of the file `key` names, read at `path` unless known
     /// to be that file's.
     pub fn get(&mut self, key: K, path: &Path) -> Option<String> {
-        if let Some(known) = self.ids.get_mut(&key) {
-            if known.checked_at.elapsed() < self.trust {
-                return known.id.clone();
-            }
-            if known.stamp.is_some() && FileStamp::of(path) == known.stamp {
-                known.checked_at = Instant::now();
-                return known.id.clone();
-            }
+        if let Some(id) = self.trusted(&key) {
+            return id;
         }
-        self.read(key, path)
+        let now = FileStamp::of(path);
+        if let Some(id) = self.confirmed(&key, |known| known.is_some() && known == now) {
+            return id;
+        }
+        self.read(key, path, now)
     }
 
     /// As [`BuildIds::get`], for a file a process maps, of inode `inode`.
@@ -916,20 +914,20 @@ impl<K: std::hash::Hash + Eq> BuildIds<K> {
         inode: u64,
         mapped: impl FnOnce() -> String,
     ) -> Option<String> {
-        let now = match self.ids.get(&key) {
-            Some(known) if known.checked_at.elapsed() < self.trust => return known.id.clone(),
-            _ => FileStamp::of(path),
-        };
-        let elsewhere = now.is_none_or(|stamp| stamp.inode() != inode);
-        if let Some(known) = self.ids.get_mut(&key) {
-            if elsewhere || now == known.stamp {
-                known.checked_at = Instant::now();
-                return known.id.clone();
-            }
-        } else if elsewhere {
-            return self.read(key, Path::new(&mapped()));
+        if let Some(id) = self.trusted(&key) {
+            return id;
         }
-        self.read(key, path)
+        let now = FileStamp::of(path);
+        let elsewhere = now.is_none_or(|stamp| stamp.inode() != inode);
+        if let Some(id) = self.confirmed(&key, |known| elsewhere || known == now) {
+            return id;
+        }
+        if elsewhere && !self.ids.contains_key(&key) {
+            let mapped = PathBuf::from(mapped());
+            let stamp = FileStamp::of(&mapped);
+            return self.read(key, &mapped, stamp);
+        }
+        self.read(key, path, now)
     }
 
     /// Whether the file `key` names is the build `id`. One known as another
@@ -938,18 +936,43 @@ impl<K: std::hash::Hash + Eq> BuildIds<K> {
     pub fn is(&mut self, key: K, path: &Path, id: &str) -> bool {
         match self.ids.get(&key) {
             Some(known) if known.id.as_deref() != Some(id) => {
-                if known.stamp.is_some() && FileStamp::of(path) == known.stamp {
+                let now = FileStamp::of(path);
+                if known.stamp.is_some() && now == known.stamp {
                     return false;
                 }
-                self.read(key, path).as_deref() == Some(id)
+                self.read(key, path, now).as_deref() == Some(id)
             }
             _ => self.get(key, path).as_deref() == Some(id),
         }
     }
 
-    fn read(&mut self, key: K, path: &Path) -> Option<String> {
-        // Stamped first: a write while the notes are read shows next time.
-        let stamp = FileStamp::of(path);
+    /// The id known for `key`, while it is trusted without a look at the
+    /// file.
+    fn trusted(&self, key: &K) -> Option<Option<String>> {
+        self.ids
+            .get(key)
+            .filter(|known| known.checked_at.elapsed() < self.trust)
+            .map(|known| known.id.clone())
+    }
+
+    /// The id known for `key`, trusted again, where `unchanged` says of
+    /// the stamp it was read with that the file is still the one read.
+    fn confirmed(
+        &mut self,
+        key: &K,
+        unchanged: impl FnOnce(Option<FileStamp>) -> bool,
+    ) -> Option<Option<String>> {
+        let known = self
+            .ids
+            .get_mut(key)
+            .filter(|known| unchanged(known.stamp))?;
+        known.checked_at = Instant::now();
+        Some(known.id.clone())
+    }
+
+    /// Reads the build id at `path`, whose stamp was `stamp` just before:
+    /// a write while the notes are read shows next time.
+    fn read(&mut self, key: K, path: &Path, stamp: Option<FileStamp>) -> Option<String> {
         let id = read_build_id(path);
         self.reads += 1;
         if self.ids.len() >= MAX_BUILD_IDS {
