@@ -214,6 +214,9 @@ impl Collector {
         symbolizer: &std::sync::mpsc::Receiver<crate::stacks::FrameRow>,
     ) -> anyhow::Result<()> {
         while let Ok(frame) = symbolizer.try_recv() {
+            if let Some(stacks) = &mut self.stacks {
+                stacks.frame_named(&frame);
+            }
             self.rows.frame.push(&frame);
             self.flush_if_full("frame")?;
         }

@@ -40,6 +40,12 @@ use crate::{
 /// (a day of new stacks on a busy host) took 19 MiB each, a third of the
 /// recorder's memory bound.
 const MAX_REMEMBERED: usize = 1 << 16;
+
+/// Frames remembered as unnamed for a missing file
+/// ([`StackInterner::frame_named`]): a few per program deleted while its
+/// frames waited to be named. Past this the memory starts afresh, and
+/// those frames stay unnamed.
+const MAX_MISSING_FILES: usize = 4096;
 /// Processes whose executable mappings are kept (a few KiB each); past
 /// this the cache starts over.
 const MAX_PROCESSES: usize = 1024;
@@ -338,6 +344,11 @@ pub struct FrameRow {
     /// Any other address in no mapping is a bad unwind, not worth holding
     /// for a map that will never name it. Not stored.
     pub maybe_jit: bool,
+    /// Set by the symbolizer when no file of the frame's build was at the
+    /// path it was given (deleted since, or replaced by another build):
+    /// the frame may still be named from another path of that build
+    /// ([`StackInterner::frame_named`]). Not stored.
+    pub file_missing: bool,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
@@ -359,6 +370,7 @@ impl FrameRow {
             open_path: None,
             jit_tmp: None,
             maybe_jit: false,
+            file_missing: false,
             function: None,
             file: None,
             line: None,
@@ -427,6 +439,10 @@ pub struct StackInterner {
     build_ids: BuildIds<(String, Option<FileKey>)>,
     written_stacks: HashSet<i64>,
     sent_frames: HashSet<i64>,
+    /// Frames the symbolizer could not name because their file was not at
+    /// the path they were sent with ([`FrameRow::file_missing`]), with
+    /// that path: sent again when seen from another path.
+    missing_files: HashMap<i64, String>,
     symbolizer: FrameRequests,
     /// Frames queued since the symbolizer was last woken.
     queued: bool,
@@ -452,6 +468,7 @@ impl StackInterner {
             build_ids: BuildIds::default(),
             written_stacks: HashSet::new(),
             sent_frames: HashSet::new(),
+            missing_files: HashMap::new(),
             symbolizer: symbolizer.into(),
             queued: false,
             unnamed: 0,
@@ -505,7 +522,8 @@ impl StackInterner {
             let row = self.user_frame(running, address);
             frame_ids.push(row.frame_id);
             let carries_tmp = row.jit_tmp.is_some();
-            let sent = self.first_time_frame(row.frame_id) && self.send(row, frames);
+            let new = self.first_time_frame(row.frame_id) || self.found_elsewhere(&row);
+            let sent = new && self.send(row, frames);
             if carries_tmp && !sent {
                 // The symbolizer never got the process's /tmp: the next
                 // JIT frame carries it instead.
@@ -615,6 +633,43 @@ impl StackInterner {
             self.sent_frames.clear();
         }
         self.sent_frames.insert(id)
+    }
+
+    /// Whether `row`, a frame sent before, is now seen at another path than
+    /// the one whose file was missing when the symbolizer came to it. Tests
+    /// that run one program from a scratch directory then delete it, or
+    /// builds that run a tool from a temporary one, leave the symbolizer a
+    /// few of their frames to name after the file went; the same build
+    /// run from elsewhere is the same frame, and it was never sent again.
+    fn found_elsewhere(&mut self, row: &FrameRow) -> bool {
+        if self.missing_files.is_empty() {
+            return false;
+        }
+        let path = row.open_path.as_deref().or(row.module.as_deref());
+        match self.missing_files.get(&row.frame_id) {
+            Some(missing) if Some(missing.as_str()) != path => {
+                self.missing_files.remove(&row.frame_id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Told of each frame the symbolizer passes on: one it could not name
+    /// because its file was missing is sent again when seen from another
+    /// path ([`StackInterner::found_elsewhere`]); readers take its named
+    /// row over the unnamed one.
+    pub fn frame_named(&mut self, row: &FrameRow) {
+        if !row.file_missing {
+            return;
+        }
+        let Some(path) = row.open_path.as_ref().or(row.module.as_ref()) else {
+            return;
+        };
+        if self.missing_files.len() >= MAX_MISSING_FILES {
+            self.missing_files.clear();
+        }
+        self.missing_files.insert(row.frame_id, path.clone());
     }
 
     /// Queues a new frame for naming. When the symbolizer is behind (a
@@ -1170,6 +1225,83 @@ mod tests {
         versions
     }
 
+    /// Where `main` runs in `program`, built not position-independent, by `nm`.
+    fn main_address(program: &Path) -> u64 {
+        let nm = std::process::Command::new("nm")
+            .arg("-P")
+            .arg(program)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&nm.stdout)
+            .lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.first() == Some(&"main"))
+                    .then(|| u64::from_str_radix(fields[2], 16).unwrap())
+            })
+            .unwrap()
+    }
+
+    /// A program run from a scratch directory deleted before the
+    /// symbolizer came to its frames (a test's program, a build's tool),
+    /// then the same build run from another path: the same frames (one
+    /// build id), named from the other path. Sent once, they stayed
+    /// unnamed for the rest of the recording, in every stack of the
+    /// program run from anywhere.
+    #[test]
+    fn a_frame_whose_file_went_is_named_when_its_build_runs_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = sleeper(dir.path(), 1, &["-O1", "-no-pie"]);
+        let second = dir.path().join("elsewhere");
+        std::fs::copy(&first, &second).unwrap();
+        let main = main_address(&first);
+        let start = |program: &Path| {
+            let child = std::process::Command::new(program).spawn().unwrap();
+            wait_until_asleep(child.id());
+            child
+        };
+        let mut children = [start(&first), start(&second)];
+        let running = |child: &std::process::Child| Running {
+            pid: child.id(),
+            program: Program::default(),
+        };
+        let symbolizer = crate::symbolize::SymbolizerThread::start(Path::new("/proc")).unwrap();
+        let mut interner = StackInterner::new(Path::new("/proc"), symbolizer.requests.clone());
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let mut sample = |interner: &mut StackInterner, running: Running| {
+            interner.intern(running, &[], &[main], &mut stacks, &mut frames);
+            interner.wake_symbolizer();
+        };
+        let named = |interner: &mut StackInterner, wait: Duration| {
+            let row = symbolizer.named.recv_timeout(wait).ok()?;
+            interner.frame_named(&row);
+            Some(row)
+        };
+        // The first's map read while its file is there, the file gone
+        // before the symbolizer looks.
+        assert!(interner.mapping_of(running(&children[0]), main).is_some());
+        std::fs::remove_file(&first).unwrap();
+        sample(&mut interner, running(&children[0]));
+        let missed = named(&mut interner, Duration::from_secs(10));
+        // Seen again at the path that is gone: not sent again.
+        sample(&mut interner, running(&children[0]));
+        let again = named(&mut interner, Duration::from_millis(500));
+        sample(&mut interner, running(&children[1]));
+        let elsewhere = named(&mut interner, Duration::from_secs(10));
+        for child in &mut children {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        let missed = missed.expect("the symbolizer passes the frame on");
+        assert_eq!(missed.module.as_deref(), first.to_str());
+        assert_eq!((missed.function, missed.file_missing), (None, true));
+        assert!(again.is_none(), "{again:?}");
+        let elsewhere = elsewhere.expect("seen at another path, sent again");
+        assert_eq!(elsewhere.frame_id, missed.frame_id, "one build, one frame");
+        assert_eq!(elsewhere.module.as_deref(), second.to_str());
+        assert_eq!(elsewhere.function.as_deref(), Some("main"));
+    }
+
     /// A binary deleted while it runs (an upgrade that renames a new file
     /// over it shows the same: ` (deleted)` after its path in the map): its
     /// frames keep its path and build id, read through the process's
@@ -1179,19 +1311,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // Not position-independent: `main` runs at its symbol's address.
         let program = sleeper(dir.path(), 1, &["-O1", "-no-pie"]);
-        let nm = std::process::Command::new("nm")
-            .arg("-P")
-            .arg(&program)
-            .output()
-            .unwrap();
-        let main = String::from_utf8_lossy(&nm.stdout)
-            .lines()
-            .find_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                (fields.first() == Some(&"main"))
-                    .then(|| u64::from_str_radix(fields[2], 16).unwrap())
-            })
-            .unwrap();
+        let main = main_address(&program);
         let id = read_build_id(&program);
         let mut child = std::process::Command::new(&program).spawn().unwrap();
         wait_until_asleep(child.id());

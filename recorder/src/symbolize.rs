@@ -837,7 +837,8 @@ impl Modules {
     }
 
     /// Names the frame at `offset` in the ELF file `path`, whose build id
-    /// is `build_id` when it has one.
+    /// is `build_id` when it has one; marks it [`FrameRow::file_missing`]
+    /// when no file of that build is there.
     fn name(&mut self, path: &str, build_id: Option<&str>, offset: u64, row: &mut FrameRow) {
         let path = match build_id.and_then(|id| self.by_build_id.get(id)) {
             // The frame's own path (nothing to check), or another that is
@@ -865,6 +866,7 @@ impl Modules {
                 // (upgraded since the frame's process started): its names
                 // are another program's, and the frame is left unnamed.
                 if !self.file_ids.is(path.to_owned(), Path::new(path), id) {
+                    row.file_missing = true;
                     return;
                 }
                 if matches!(opened_as, Some(Some(_))) {
@@ -1581,7 +1583,8 @@ pub(crate) mod tests {
         // the path is not its build, and names nothing of it.
         let mut old = own_frame(address);
         modules.name(path_str, first_id.as_deref(), offset, &mut old);
-        assert_eq!(old.function, None);
+        assert_eq!((old.function, old.file_missing), (None, true));
+        assert!(!second.file_missing && !first.file_missing);
         assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
     }
 
