@@ -771,7 +771,8 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
     // CPU reach no tracer (perf sees none either): a run of the task that
     // began with the agent leaving the CPU, after a wakeup in the agent's
     // time, has no recorded start (1 run in 5-10 here). Such runs are
-    // counted, and bounded by the longest wait seen in the window.
+    // counted, and their waits bounded by what was recorded around them
+    // ([`unseen_waits`]).
     let window = format!(
         "pid = {pid} AND ts >= to_timestamp_nanos({}) AND ts < to_timestamp_nanos({})",
         tick["start_utc_ns"], tick["end_utc_ns"]
@@ -822,18 +823,25 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
         .map(|l| l.as_f64().unwrap())
         .sum();
     let kernel = tick["run_delay_ns"].as_f64().unwrap();
-    let unseen = (outs - waits).max(0);
-    let longest = in_window("max(latency_ns)", "runq_latency");
+    let window_ns = [&tick["start_utc_ns"], &tick["end_utc_ns"]].map(|t| t.as_i64().unwrap());
+    let unseen = unseen_waits(rec, pid, window_ns);
+    // A wait after a wakeup lies inside its tick's overrun, so those
+    // unrecorded sum to at most the overruns the recorded ones leave.
+    let unseen_at_most = unseen.at_most
+        + unseen
+            .after_sleeps
+            .min((late_ns - after_wakeup_ns).max(0.0));
+    let unseen = unseen.count;
     eprintln!(
         "the periodic task: {waits} waits, {after_wakeup_ns} ns after wakeups and \
          {after_preemption_ns} ns after preemptions; lateness {late_ns} ns, run_delay {kernel} ns; \
-         {unseen} of {outs} runs began unseen"
+         {unseen} of {outs} runs began unseen, their waits at most {unseen_at_most} ns"
     );
     assert!(unseen <= 3, "{unseen} of {outs} runs began unseen");
     assert!(
-        total_ns + unseen as f64 * longest >= 0.95 * kernel - 200_000.0,
+        total_ns + unseen_at_most >= 0.95 * kernel - 200_000.0,
         "the periodic task: runqlat {total_ns} ns over {waits} waits and {unseen} unseen \
-         (at most {longest} ns each) is short of schedstat run_delay {kernel} ns"
+         (at most {unseen_at_most} ns in all) is short of schedstat run_delay {kernel} ns"
     );
     assert!(
         after_wakeup_ns <= late_ns,
@@ -884,6 +892,67 @@ fn runqlat_waits_behind_two_pinned_hogs_match_the_kernels_run_delay() {
             kernel.switches
         );
     }
+}
+
+/// Waits of thread `tid` that ended in `window` (UTC ns) with no recorded
+/// wait for them: how many, and the most they can add up to. A wait lies
+/// after the thread's previous switch-out and before its switch-in (or, not
+/// recorded either, its switch-out): after a preemption or a recorded
+/// wakeup that interval is the wait and the run; after a sleep whose
+/// wakeup was not recorded it holds the sleep too, and those waits are
+/// returned apart (`after_sleeps`), for the caller to bound by what else
+/// it knows. A bound by the longest wait recorded failed: one unseen
+/// wait behind the two hogs was 6.1 ms, the longest seen 3.9.
+fn unseen_waits(rec: &str, tid: i64, window: [i64; 2]) -> UnseenWaits {
+    let events = hindsight_stdout(&[
+        "sql",
+        rec,
+        "-f",
+        "csv",
+        &format!(
+            "SELECT t, kind FROM (
+               SELECT CAST(ts AS BIGINT) AS t,
+                 CASE WHEN prev_state = 'R' THEN 'preempted' ELSE 'out' END AS kind
+               FROM sched_switch WHERE prev_tid = {tid}
+               UNION ALL SELECT CAST(ts AS BIGINT), 'in' FROM sched_switch WHERE next_tid = {tid}
+               UNION ALL SELECT CAST(ts AS BIGINT), 'wakeup' FROM sched_wakeup WHERE tid = {tid}
+               UNION ALL SELECT CAST(ts_run AS BIGINT), 'waited' FROM runq_latency WHERE tid = {tid}
+             ) e ORDER BY t, CASE kind WHEN 'wakeup' THEN 0 WHEN 'in' THEN 1 WHEN 'waited' THEN 2 ELSE 3 END"
+        ),
+    ]);
+    let mut unseen = UnseenWaits::default();
+    // Since the last switch-out: when the wait could begin at the
+    // earliest, whether it was known to (a preemption, a wakeup), the
+    // switch-in, and whether a wait was recorded.
+    let (mut since, mut known_start, mut switched_in, mut waited) = (window[0], true, None, false);
+    for line in events.lines().skip(1) {
+        let (t, kind) = line.split_once(',').unwrap();
+        let t: i64 = t.parse().unwrap();
+        match kind {
+            "wakeup" => (since, known_start) = (since.max(t), true),
+            "in" => switched_in = Some(t),
+            "waited" => waited = true,
+            _ => {
+                if !waited && (window[0]..window[1]).contains(&t) {
+                    let at_most = (switched_in.unwrap_or(t) - since).max(0) as f64;
+                    unseen.count += 1;
+                    match known_start {
+                        true => unseen.at_most += at_most,
+                        false => unseen.after_sleeps += at_most,
+                    }
+                }
+                (since, known_start, switched_in, waited) = (t, kind == "preempted", None, false);
+            }
+        }
+    }
+    unseen
+}
+
+#[derive(Default)]
+struct UnseenWaits {
+    count: i64,
+    at_most: f64,
+    after_sleeps: f64,
 }
 
 /// Runs `hs-load ARGS` pinned to CPU 0 and returns what it printed.
