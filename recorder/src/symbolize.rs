@@ -159,6 +159,7 @@ struct ModuleFacts {
 /// found later is looked up by).
 fn name_user_frame(
     symbolizer: &Symbolizer,
+    demangled: &mut DemangledNames,
     path: &str,
     offset: u64,
     module_facts: &ModuleFacts,
@@ -211,7 +212,7 @@ fn name_user_frame(
     };
     row.function = Some(match module_facts.aliases.get(&sym.addr) {
         Some(name) => name.to_string(),
-        None => sym.name.to_string(),
+        None => demangled.of(&sym.name).to_owned(),
     });
     if let Some(code) = &sym.code_info {
         let file = match &code.dir {
@@ -223,7 +224,45 @@ fn name_user_frame(
     }
     if !sym.inlined.is_empty() {
         let names: Vec<&str> = sym.inlined.iter().map(|f| f.name.as_ref()).collect();
+        let names: Vec<String> = names.iter().map(|n| demangled.of(n).to_owned()).collect();
         row.inlined = Some(names.join(";"));
+    }
+}
+
+/// Bytes of names kept by [`DemangledNames`], mangled and demangled; past
+/// this it starts afresh. A build's `cc1` frames name about 1,700 C++
+/// functions, some 0.4 MiB of names.
+const MAX_DEMANGLED_BYTES: usize = 2 << 20;
+
+/// Function names demangled once, kept by their mangled names across
+/// modules and processes. blazesym demangled every name it found: a
+/// function is named for each of its sampled addresses, and in a parallel
+/// build `cc1`'s C++ names (2.7 addresses a function) took a fifth of the
+/// symbolizer's time in `cpp_demangle`.
+#[derive(Default)]
+struct DemangledNames {
+    names: HashMap<Box<str>, Box<str>>,
+    bytes: usize,
+}
+
+impl DemangledNames {
+    /// `name` demangled as blazesym would with no language known: as a
+    /// Rust name (`{:#}`, without the hash), else as a C++ one, else as it is.
+    fn of(&mut self, name: &str) -> &str {
+        if !self.names.contains_key(name) {
+            let demangled = rustc_demangle::try_demangle(name)
+                .map(|d| format!("{d:#}"))
+                .ok()
+                .or_else(|| cpp_demangle::Symbol::new(name).ok()?.demangle().ok())
+                .unwrap_or_else(|| name.to_owned());
+            if self.bytes > MAX_DEMANGLED_BYTES {
+                self.names.clear();
+                self.bytes = 0;
+            }
+            self.bytes += name.len() + demangled.len();
+            self.names.insert(name.into(), demangled.into());
+        }
+        &self.names[name]
     }
 }
 
@@ -786,6 +825,7 @@ impl PerfMaps {
 /// blazesym and the modules it holds, let go of when idle or over budget.
 struct Modules {
     symbolizer: Symbolizer,
+    demangled: DemangledNames,
     /// The modules open, each with the build id of the frame it was opened
     /// for: blazesym does not look at a file again once open (see
     /// [`new_symbolizer`]), so a frame of another build id at the same path
@@ -825,6 +865,7 @@ impl Modules {
             resident,
             opened: Arc::default(),
             symbolizer: new_symbolizer(),
+            demangled: DemangledNames::default(),
             open: HashMap::new(),
             file_ids: crate::stacks::BuildIds::default(),
             namings: HashMap::new(),
@@ -926,7 +967,15 @@ impl Modules {
                 },
             );
         }
-        name_user_frame(&self.symbolizer, path, offset, &self.namings[path], row);
+        let facts = &self.namings[path];
+        name_user_frame(
+            &self.symbolizer,
+            &mut self.demangled,
+            path,
+            offset,
+            facts,
+            row,
+        );
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
         self.last_user_frame = Instant::now();
@@ -984,7 +1033,8 @@ fn new_symbolizer() -> Symbolizer {
         .enable_auto_reload(false)
         .enable_code_info(true)
         .enable_inlined_fns(true)
-        .enable_demangling(true)
+        // Demangled by DemangledNames, once a name.
+        .enable_demangling(false)
         .build()
 }
 
@@ -1274,11 +1324,57 @@ pub(crate) mod tests {
         let address = the_recorder_names_its_own_code as *const () as u64;
         assert!(thread.requests.send(own_frame(address)));
         let named = thread.join(NAMING_AT_STOP).recv().unwrap();
-        let function = named.function.unwrap_or_default();
-        assert!(
-            function.contains("the_recorder_names_its_own_code"),
-            "{function}"
+        // Demangled as Rust names are, without their hash.
+        assert_eq!(
+            named.function.unwrap_or_default(),
+            format!("{}::the_recorder_names_its_own_code", module_path!())
         );
+    }
+
+    /// C++ names are demangled as `c++filt` demangles them, once each
+    /// however many of the function's addresses are named.
+    #[test]
+    fn cxx_functions_are_named_as_cxxfilt_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("program.cc");
+        std::fs::write(
+            &source,
+            "namespace hs { template <typename T> struct Box {\n\
+             __attribute__((noinline)) static T twice(T v) { return v * 2 + 1; } }; }\n\
+             int main(int argc, char **) { return hs::Box<long>::twice(argc); }\n",
+        )
+        .unwrap();
+        let program = dir.path().join("program");
+        let built = std::process::Command::new("g++")
+            .args(["-O1", "-o"])
+            .args([&program, &source])
+            .status()
+            .unwrap();
+        assert!(built.success());
+        let mangled = "_ZN2hs3BoxIlE5twiceEl";
+        let filt = std::process::Command::new("c++filt")
+            .arg(mangled)
+            .output()
+            .unwrap();
+        let expected = String::from_utf8(filt.stdout).unwrap().trim().to_owned();
+        assert_eq!(expected, "hs::Box<long>::twice(long)");
+        let start = readelf_offset(&program, mangled);
+        let path = program.to_str().unwrap();
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        let names: Vec<Option<String>> = [start, start + 1]
+            .into_iter()
+            .map(|offset| {
+                let mut row = FrameRow {
+                    module: Some(path.into()),
+                    file_offset: Some(offset),
+                    ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
+                };
+                modules.name(path, None, offset, &mut row);
+                row.function
+            })
+            .collect();
+        assert_eq!(names, [Some(expected.clone()), Some(expected)]);
+        assert_eq!(modules.demangled.names.len(), 1);
     }
 
     #[test]
