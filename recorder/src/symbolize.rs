@@ -223,8 +223,9 @@ fn name_user_frame(
         row.line = code.line;
     }
     if !sym.inlined.is_empty() {
-        let names: Vec<&str> = sym.inlined.iter().map(|f| f.name.as_ref()).collect();
-        let names: Vec<String> = names.iter().map(|n| demangled.of(n).to_owned()).collect();
+        let names: Vec<String> = (sym.inlined.iter())
+            .map(|f| demangled.of(&f.name).to_owned())
+            .collect();
         row.inlined = Some(names.join(";"));
     }
 }
@@ -232,7 +233,7 @@ fn name_user_frame(
 /// Bytes of names kept by [`DemangledNames`], mangled and demangled; past
 /// this it starts afresh. A build's `cc1` frames name about 1,700 C++
 /// functions, some 0.4 MiB of names.
-const MAX_DEMANGLED_BYTES: usize = 2 << 20;
+const MAX_DEMANGLED_BYTES: usize = 1 << 20;
 
 /// Function names demangled once, kept by their mangled names across
 /// modules and processes. blazesym demangled every name it found: a
