@@ -409,6 +409,9 @@ struct ProcessMaps {
     root: Option<String>,
     /// Whether its `/tmp` went to the symbolizer with a JIT frame.
     jit_tmp_sent: bool,
+    /// The frame ids of addresses in its file mappings that are known to
+    /// the symbolizer ([`StackInterner::known_frame`]).
+    known_frames: ahash::AHashMap<u64, i64>,
 }
 
 impl ProcessMaps {
@@ -422,6 +425,7 @@ impl ProcessMaps {
             quick_rereads: QUICK_REREADS,
             root: None,
             jit_tmp_sent: false,
+            known_frames: ahash::AHashMap::default(),
         }
     }
 
@@ -445,6 +449,10 @@ pub struct StackInterner {
     /// the path they were sent with ([`FrameRow::file_missing`]), with
     /// that path: sent again when seen from another path.
     missing_files: HashMap<i64, String>,
+    /// Entries of the processes' `known_frames`, at most [`MAX_REMEMBERED`]
+    /// (past that they start afresh): counted here, as processes' maps
+    /// are let go of, so this is at least what they hold.
+    known_frames: usize,
     symbolizer: FrameRequests,
     /// Frames queued since the symbolizer was last woken.
     queued: bool,
@@ -471,6 +479,7 @@ impl StackInterner {
             written_stacks: ahash::AHashSet::default(),
             sent_frames: ahash::AHashSet::default(),
             missing_files: HashMap::new(),
+            known_frames: 0,
             symbolizer: symbolizer.into(),
             queued: false,
             unnamed: 0,
@@ -521,11 +530,20 @@ impl StackInterner {
             }
         }
         for &address in user {
+            if let Some(id) = self.known_frame(running, address) {
+                frame_ids.push(id);
+                continue;
+            }
             let row = self.user_frame(running, address);
-            frame_ids.push(row.frame_id);
+            let id = row.frame_id;
+            frame_ids.push(id);
             let carries_tmp = row.jit_tmp.is_some();
-            let new = self.first_time_frame(row.frame_id) || self.found_elsewhere(&row);
+            let in_file = row.file_offset.is_some() && row.module.is_some();
+            let new = self.first_time_frame(id) || self.found_elsewhere(&row);
             let sent = new && self.send(row, frames);
+            if in_file && (sent || !new) {
+                self.remember_frame(running, address, id);
+            }
             if carries_tmp && !sent {
                 // The symbolizer never got the process's /tmp: the next
                 // JIT frame carries it instead.
@@ -632,9 +650,41 @@ impl StackInterner {
 
     fn first_time_frame(&mut self, id: i64) -> bool {
         if self.sent_frames.len() >= MAX_REMEMBERED {
+            // Sent again on their next sighting, from every process.
             self.sent_frames.clear();
+            self.forget_known_frames();
         }
         self.sent_frames.insert(id)
+    }
+
+    /// The frame id of `address` in `running`'s process when it is in a
+    /// file mapping and was sent before: most of a process's samples are
+    /// in code it was sampled in before (7 of 10 user frames of a
+    /// build's `cc1`), and placing an address again (its mapping, the
+    /// mapped file's build id, a row of strings to compare by id) was most
+    /// of the interning. The process's map, while the recorder holds it,
+    /// places the address where it did.
+    fn known_frame(&self, running: Running, address: u64) -> Option<i64> {
+        let process = self.processes.get(&running)?;
+        process.known_frames.get(&address).copied()
+    }
+
+    fn remember_frame(&mut self, running: Running, address: u64, id: i64) {
+        if self.known_frames >= MAX_REMEMBERED {
+            self.forget_known_frames();
+        }
+        if let Some(process) = self.processes.get_mut(&running) {
+            if process.known_frames.insert(address, id).is_none() {
+                self.known_frames += 1;
+            }
+        }
+    }
+
+    fn forget_known_frames(&mut self) {
+        for process in self.processes.values_mut() {
+            process.known_frames = ahash::AHashMap::default();
+        }
+        self.known_frames = 0;
     }
 
     /// Whether `row`, a frame sent before, is now seen at another path than
@@ -672,6 +722,10 @@ impl StackInterner {
             self.missing_files.clear();
         }
         self.missing_files.insert(row.frame_id, path.clone());
+        // Processes that saw it while it waited to be named look again.
+        for process in self.processes.values_mut() {
+            process.known_frames.retain(|_, id| *id != row.frame_id);
+        }
     }
 
     /// Queues a new frame for naming. When the symbolizer is behind (a
@@ -839,6 +893,7 @@ impl StackInterner {
                 quick_rereads,
                 root,
                 jit_tmp_sent,
+                known_frames: ahash::AHashMap::default(),
             },
         );
     }
@@ -1284,6 +1339,9 @@ mod tests {
         assert!(interner.mapping_of(running(&children[0]), main).is_some());
         std::fs::remove_file(&first).unwrap();
         sample(&mut interner, running(&children[0]));
+        // The second process samples it too before the first's miss is
+        // known: sent already, nothing to send.
+        sample(&mut interner, running(&children[1]));
         let missed = named(&mut interner, Duration::from_secs(10));
         // Seen again at the path that is gone: not sent again.
         sample(&mut interner, running(&children[0]));
