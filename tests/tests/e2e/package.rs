@@ -165,7 +165,12 @@ fn the_debian_package_installs_enables_and_records_on_a_fresh_debian() {
     for child in truth["children"].as_array().unwrap() {
         let tid = child["tid"].as_i64().unwrap();
         let kernel = child["voluntary"].as_i64().unwrap() + child["nonvoluntary"].as_i64().unwrap();
-        assert!(kernel >= 2000, "{child}");
+        // A round passes without a switch when the other child's byte is
+        // already there (one child preempted, 608 + 1,391 switches in a CI run).
+        assert!(
+            kernel >= 1000,
+            "the workload switches in about every one of its 2,000 rounds: {child}"
+        );
         assert_eq!(
             switches.get(&tid),
             Some(&kernel),
