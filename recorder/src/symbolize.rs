@@ -1337,21 +1337,14 @@ pub(crate) mod tests {
     #[test]
     fn cxx_functions_are_named_as_cxxfilt_names_them() {
         let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("program.cc");
-        std::fs::write(
-            &source,
+        let program = compile_c(
+            dir.path(),
             "namespace hs { template <typename T> struct Box {\n\
              __attribute__((noinline)) static T twice(T v) { return v * 2 + 1; } }; }\n\
              int main(int argc, char **) { return hs::Box<long>::twice(argc); }\n",
-        )
-        .unwrap();
-        let program = dir.path().join("program");
-        let built = std::process::Command::new("g++")
-            .args(["-O1", "-o"])
-            .args([&program, &source])
-            .status()
-            .unwrap();
-        assert!(built.success());
+            // g++'s front end; nothing of libstdc++ to link.
+            &["-x", "c++", "-O1"],
+        );
         let mangled = "_ZN2hs3BoxIlE5twiceEl";
         let filt = std::process::Command::new("c++filt")
             .arg(mangled)
