@@ -13,13 +13,22 @@
 //!
 //! Runs on the ring-buffer thread: a module's sections are read once (a
 //! few hundred KiB for libc and most programs), an unwind is a few
-//! microseconds, and samples come at `--frequency` per CPU.
+//! microseconds, and samples come at `--frequency` per CPU. The rules
+//! found in a module are kept with it, at its own addresses, for every
+//! process that maps it: a build's thousandth compiler process unwinds
+//! by the rules its first ones needed.
 
-use std::{collections::HashMap, fs::File, ops::Deref, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    fs::File,
+    ops::{Deref, Range},
+    path::Path,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
-    ExplicitModuleSectionInfo, Module, Unwinder as _,
+    ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
 };
 
 use crate::{
@@ -38,6 +47,9 @@ const MAX_FRAMES: usize = 64;
 /// reading one of those took a switch storm's recorder from 48 to 89 MiB,
 /// over its 64 MiB bound.
 const SECTIONS_BUDGET: usize = 16 << 20;
+/// What a module's rule cache costs beside its sections: framehop's 509
+/// direct-mapped rules of 16 bytes, and its DWARF evaluation context.
+const RULE_CACHE_BYTES: usize = 12 << 10;
 
 /// Section bytes shared by every process that maps the module: the
 /// buffer they were read into, never copied.
@@ -91,8 +103,9 @@ impl ModuleSections {
         self.eh_frame.1.len() + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len())
     }
 
-    /// framehop's view of this module mapped at `mapping`.
-    fn module(&self, name: &str, mapping: &Mapping) -> Option<Module<Bytes>> {
+    /// What to subtract from an address in `mapping` (one of this file's
+    /// mappings) for the file's own address, if `mapping` holds its code.
+    fn bias(&self, mapping: &Mapping) -> Option<u64> {
         // The code segment in this mapping: mappings start on a page, and
         // the page holding a segment's first byte may hold the end of the
         // segment before it, so the mapping's own offset can name the wrong one.
@@ -103,28 +116,71 @@ impl ModuleSections {
         let code_avma = mapping
             .start
             .wrapping_add(code.offset.wrapping_sub(mapping.offset));
-        let bias = code_avma.wrapping_sub(code.address);
-        let info = ExplicitModuleSectionInfo {
-            base_svma: 0,
-            text_svma: self.text.clone(),
-            eh_frame_svma: Some(self.eh_frame.0.clone()),
-            eh_frame: Some(self.eh_frame.1.clone()),
-            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|h| h.0.clone()),
-            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|h| h.1.clone()),
-            got_svma: self.got.clone(),
-            ..Default::default()
-        };
-        Some(Module::new(
-            name.to_string(),
-            mapping.start..mapping.end,
-            bias,
-            info,
-        ))
+        Some(code_avma.wrapping_sub(code.address))
     }
 }
 
-/// One process's modules as framehop sees them, built from its maps.
-pub struct ProcessUnwinder(UnwinderX86_64<Bytes>);
+/// framehop's unwinder for one module file, which it sees at the file's own
+/// addresses, with the rules it found there. Every process that maps the
+/// file shares it: a compiler's thousandth process starts with the rules
+/// its first ones needed, where an unwinder per process (framehop's cache
+/// is keyed by the unwinder) started each new process cold, reading
+/// `.eh_frame` again for every frame.
+struct ModuleUnwinder {
+    sections: ModuleSections,
+    unwinder: UnwinderX86_64<Bytes>,
+    /// Only its own rules, so an entry never goes stale: framehop keys its
+    /// cache by an unwinder generation that wraps at 65,536, which
+    /// unwinders rebuilt per process reached within hours of a busy build.
+    cache: Mutex<CacheX86_64>,
+}
+
+impl ModuleUnwinder {
+    fn new(name: &str, sections: ModuleSections) -> ModuleUnwinder {
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: sections.text.clone(),
+            eh_frame_svma: Some(sections.eh_frame.0.clone()),
+            eh_frame: Some(sections.eh_frame.1.clone()),
+            eh_frame_hdr_svma: sections.eh_frame_hdr.as_ref().map(|h| h.0.clone()),
+            eh_frame_hdr: sections.eh_frame_hdr.as_ref().map(|h| h.1.clone()),
+            got_svma: sections.got.clone(),
+            ..Default::default()
+        };
+        let mut unwinder = UnwinderX86_64::new();
+        // Mapped at its own addresses: an address is looked up after its
+        // mapping's bias is taken off.
+        unwinder.add_module(Module::new(name.to_string(), 0..u64::MAX, 0, info));
+        ModuleUnwinder {
+            sections,
+            unwinder,
+            cache: Mutex::new(CacheX86_64::new()),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.sections.bytes() + RULE_CACHE_BYTES
+    }
+}
+
+/// A module file's code mapped in a process, at `avma`.
+struct MappedModule {
+    avma: Range<u64>,
+    bias: u64,
+    module: Arc<ModuleUnwinder>,
+}
+
+/// One process's modules as framehop sees them, built from its maps:
+/// sorted by address, not overlapping.
+pub struct ProcessUnwinder(Vec<MappedModule>);
+
+impl ProcessUnwinder {
+    fn module_at(&self, address: u64) -> Option<&MappedModule> {
+        let after = self.0.partition_point(|m| m.avma.start <= address);
+        let mapped = &self.0[after.checked_sub(1)?];
+        mapped.avma.contains(&address).then_some(mapped)
+    }
+}
 
 /// The user registers of a sample and the stack bytes from `sp` up.
 pub struct StackCopy<'a> {
@@ -142,16 +198,17 @@ impl StackCopy<'_> {
     }
 }
 
-/// Module sections by build id (else path), and framehop's cache.
+/// Module unwinders by build id (else path), within their budget.
 pub struct Unwinders {
-    modules: HashMap<String, Option<Arc<ModuleSections>>>,
+    modules: HashMap<String, Option<Arc<ModuleUnwinder>>>,
     module_bytes: usize,
     /// At most this many bytes in `modules` ([`SECTIONS_BUDGET`]).
     budget: usize,
     /// Bumped when the modules start over: unwinders built before hold
     /// sections no longer counted, and are rebuilt.
     pub generation: u64,
-    cache: CacheX86_64,
+    /// For code in no module read: framehop follows the frame pointer.
+    outside: (UnwinderX86_64<Bytes>, CacheX86_64),
 }
 
 impl Default for Unwinders {
@@ -161,18 +218,19 @@ impl Default for Unwinders {
             module_bytes: 0,
             budget: SECTIONS_BUDGET,
             generation: 0,
-            cache: CacheX86_64::new(),
+            outside: (UnwinderX86_64::new(), CacheX86_64::new()),
         }
     }
 }
 
 impl Unwinders {
-    fn sections(&mut self, open_path: &str, key: String) -> Option<Arc<ModuleSections>> {
+    fn module(&mut self, name: &str, open_path: &str, key: String) -> Option<Arc<ModuleUnwinder>> {
         if let Some(found) = self.modules.get(&key) {
             return found.clone();
         }
         let budget = self.budget;
         let read = ModuleSections::read(Path::new(open_path), |size| {
+            let size = size + RULE_CACHE_BYTES;
             if size > budget {
                 return false;
             }
@@ -183,7 +241,7 @@ impl Unwinders {
             }
             true
         })
-        .map(Arc::new);
+        .map(|sections| Arc::new(ModuleUnwinder::new(name, sections)));
         if let Some(m) = &read {
             self.module_bytes += m.bytes();
         }
@@ -200,17 +258,47 @@ impl Unwinders {
         &mut self,
         modules: impl IntoIterator<Item = (&'m Mapping, String, String)>,
     ) -> ProcessUnwinder {
-        let mut unwinder = UnwinderX86_64::new();
-        for (mapping, open_path, key) in modules {
-            let name = mapping.path.as_deref().unwrap_or_default();
-            if let Some(module) = self
-                .sections(&open_path, key)
-                .and_then(|s| s.module(name, mapping))
-            {
-                unwinder.add_module(module);
-            }
-        }
-        ProcessUnwinder(unwinder)
+        let mut mapped: Vec<MappedModule> = modules
+            .into_iter()
+            .filter_map(|(mapping, open_path, key)| {
+                let name = mapping.path.as_deref().unwrap_or_default();
+                let module = self.module(name, &open_path, key)?;
+                Some(MappedModule {
+                    avma: mapping.start..mapping.end,
+                    bias: module.sections.bias(mapping)?,
+                    module,
+                })
+            })
+            .collect();
+        mapped.sort_unstable_by_key(|m| m.avma.start);
+        ProcessUnwinder(mapped)
+    }
+
+    /// One frame of `process` unwound: the caller's return address, or
+    /// None at the stack's root.
+    fn unwind_frame(
+        &mut self,
+        process: &ProcessUnwinder,
+        frame: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Result<Option<u64>, framehop::Error> {
+        let Some(mapped) = process.module_at(frame.address_for_lookup()) else {
+            let (unwinder, cache) = &mut self.outside;
+            return unwinder.unwind_frame(frame, regs, cache, read_stack);
+        };
+        let own_address = frame.address().wrapping_sub(mapped.bias);
+        let frame = if frame.is_return_address() {
+            FrameAddress::from_return_address(own_address)
+                .ok_or(framehop::Error::ReturnAddressIsNull)?
+        } else {
+            FrameAddress::from_instruction_pointer(own_address)
+        };
+        let module = &mapped.module;
+        let mut cache = module.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        module
+            .unwinder
+            .unwind_frame(frame, regs, &mut cache, read_stack)
     }
 
     /// Unwinds `copy` into `out` (leaf first), completing it from
@@ -226,15 +314,20 @@ impl Unwinders {
         out: &mut Vec<u64>,
     ) -> bool {
         out.clear();
-        let regs = UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp);
+        let mut regs = UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp);
         let mut read_stack = |address| copy.read(address);
-        let mut frames = process
-            .0
-            .iter_frames(copy.ip, regs, &mut self.cache, &mut read_stack);
+        let mut frame = FrameAddress::from_instruction_pointer(copy.ip);
+        out.push(copy.ip);
         let mut reached_root = false;
         while out.len() < MAX_FRAMES {
-            match frames.next() {
-                Ok(Some(frame)) => out.push(frame.address()),
+            match self.unwind_frame(process, frame, &mut regs, &mut read_stack) {
+                Ok(Some(caller)) => match FrameAddress::from_return_address(caller) {
+                    Some(next) => {
+                        out.push(caller);
+                        frame = next;
+                    }
+                    None => break,
+                },
                 Ok(None) => {
                     reached_root = true;
                     break;
@@ -363,19 +456,72 @@ mod tests {
         assert!(cut.is_empty());
     }
 
+    /// Rule lookups that missed, over every module's cache.
+    fn rule_misses(unwinders: &Unwinders) -> u64 {
+        unwinders
+            .modules
+            .values()
+            .flatten()
+            .map(|m| {
+                let stats = m.cache.lock().unwrap().stats();
+                stats.miss_empty_slot_count
+                    + stats.miss_wrong_address_count
+                    + stats.miss_wrong_modules_count
+            })
+            .sum()
+    }
+
+    /// A new process of a binary already seen starts with the rules the
+    /// ones before found: an unwinder per process started cold, and looked
+    /// every frame up in `.eh_frame` again.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_new_process_of_a_module_unwinds_by_the_rules_found_before() {
+        let (ip, sp, bp, bytes) = caller_of_capture();
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let files = || {
+            maps.iter().filter_map(|m| {
+                let path = m.path.clone().filter(|p| !p.starts_with('['))?;
+                Some((m, path.clone(), path))
+            })
+        };
+        let copy = StackCopy {
+            ip,
+            sp,
+            bp,
+            bytes: &bytes,
+        };
+        let mut unwinders = Unwinders::default();
+        let first = unwinders.for_process(files());
+        let mut frames = Vec::new();
+        assert!(unwinders.unwind(&first, &maps, &copy, &[], &mut frames));
+        let first_misses = rule_misses(&unwinders);
+        assert!(first_misses >= 5, "{first_misses} lookups for {frames:x?}");
+        let second = unwinders.for_process(files());
+        let mut again = Vec::new();
+        assert!(unwinders.unwind(&second, &maps, &copy, &[], &mut again));
+        assert_eq!(again, frames);
+        // Two of a stack's addresses can share one of a cache's 509 slots.
+        let second_misses = rule_misses(&unwinders) - first_misses;
+        assert!(
+            second_misses <= first_misses / 2,
+            "{second_misses} missed again of {first_misses}"
+        );
+    }
+
     #[test]
     fn a_module_over_the_budget_is_not_read_and_others_make_room_first() {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let exe = exe.to_str().unwrap();
         let size = Unwinders::default()
-            .sections(exe, "exe".into())
+            .module("exe", exe, "exe".into())
             .expect("this test binary has .eh_frame")
             .bytes();
         let mut small = Unwinders {
             budget: size - 1,
             ..Unwinders::default()
         };
-        assert!(small.sections(exe, "exe".into()).is_none());
+        assert!(small.module("exe", exe, "exe".into()).is_none());
         assert_eq!(small.module_bytes, 0);
         // Two modules that each fit but not together: the first goes
         // before the second is read, so the budget is never passed.
@@ -383,8 +529,8 @@ mod tests {
             budget: size + size / 2,
             ..Unwinders::default()
         };
-        assert!(two.sections(exe, "first".into()).is_some());
-        assert!(two.sections(exe, "second".into()).is_some());
+        assert!(two.module("exe", exe, "first".into()).is_some());
+        assert!(two.module("exe", exe, "second".into()).is_some());
         assert_eq!((two.module_bytes, two.generation), (size, 1));
         assert!(!two.modules.contains_key("first"));
     }
