@@ -23,7 +23,6 @@
 //! recorder must equal the ones a new one writes.
 
 use std::{
-    collections::HashMap,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -439,7 +438,7 @@ impl ProcessMaps {
 /// rows and sending each new frame to the symbolizer.
 pub struct StackInterner {
     proc_root: PathBuf,
-    processes: HashMap<Running, ProcessMaps>,
+    processes: ahash::AHashMap<Running, ProcessMaps>,
     build_ids: BuildIds<(String, Option<FileKey>)>,
     /// ahash's sets: with std's SipHash, looking up every id of every
     /// sample was a quarter of the interning in a profile of two builds.
@@ -448,7 +447,7 @@ pub struct StackInterner {
     /// Frames the symbolizer could not name because their file was not at
     /// the path they were sent with ([`FrameRow::file_missing`]), with
     /// that path: sent again when seen from another path.
-    missing_files: HashMap<i64, String>,
+    missing_files: ahash::AHashMap<i64, String>,
     /// Entries of the processes' `known_frames`, at most [`MAX_REMEMBERED`]
     /// (past that they start afresh): counted here, as processes' maps
     /// are let go of, so this is at least what they hold.
@@ -474,11 +473,11 @@ impl StackInterner {
     pub fn new(proc_root: &Path, symbolizer: impl Into<FrameRequests>) -> Self {
         StackInterner {
             proc_root: proc_root.to_path_buf(),
-            processes: HashMap::new(),
+            processes: ahash::AHashMap::new(),
             build_ids: BuildIds::default(),
             written_stacks: ahash::AHashSet::default(),
             sent_frames: ahash::AHashSet::default(),
-            missing_files: HashMap::new(),
+            missing_files: ahash::AHashMap::new(),
             known_frames: 0,
             symbolizer: symbolizer.into(),
             queued: false,
@@ -984,7 +983,7 @@ struct KnownBuildId {
 /// and then checked by the file's stamp; past [`MAX_BUILD_IDS`] files it
 /// starts over.
 pub struct BuildIds<K> {
-    ids: HashMap<K, KnownBuildId>,
+    ids: ahash::AHashMap<K, KnownBuildId>,
     pub trust: Duration,
     /// Build ids read from files so far.
     pub reads: u64,
@@ -993,7 +992,7 @@ pub struct BuildIds<K> {
 impl<K> Default for BuildIds<K> {
     fn default() -> Self {
         BuildIds {
-            ids: HashMap::new(),
+            ids: ahash::AHashMap::new(),
             trust: BUILD_ID_TRUST,
             reads: 0,
         }

@@ -14,8 +14,8 @@
 //! `/proc/kallsyms`, read once. The request queue is bounded: when it is
 //! full the ring thread writes the frame without a name instead of waiting.
 
+use ahash::{AHashMap, AHashSet};
 use std::{
-    collections::{HashMap, HashSet},
     io::Read,
     os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
@@ -149,7 +149,7 @@ struct ModuleFacts {
     symbols_start: u64,
     /// perf's name for each address several functions share, from the
     /// file that names it ([`SymbolTable::preferred_aliases`]).
-    aliases: HashMap<u64, Box<str>>,
+    aliases: std::collections::HashMap<u64, Box<str>>,
     /// Times it was opened while named from its DWARF.
     dwarf_opens: u32,
 }
@@ -242,7 +242,7 @@ const MAX_DEMANGLED_BYTES: usize = 1 << 20;
 /// symbolizer's time in `cpp_demangle`.
 #[derive(Default)]
 struct DemangledNames {
-    names: HashMap<Box<str>, Box<str>>,
+    names: AHashMap<Box<str>, Box<str>>,
     bytes: usize,
 }
 
@@ -661,14 +661,14 @@ struct JitProcess {
 /// (readers take the named row of a frame).
 struct PerfMaps {
     proc_root: PathBuf,
-    processes: HashMap<u32, JitProcess>,
+    processes: AHashMap<u32, JitProcess>,
     /// Frames in `pending`, over all processes.
     pending: usize,
     /// Processes whose map was refused (see [`ProcessTmp::read_map`]), for
     /// the recorder's own counters: each once, though a map is read again
     /// (every [`PERF_MAP_REREAD`] while new addresses come).
     refused: Arc<AtomicU64>,
-    refused_pids: HashSet<u32>,
+    refused_pids: AHashSet<u32>,
     /// Frames let go of unnamed to keep within the bounds.
     let_go: Arc<AtomicU64>,
 }
@@ -677,10 +677,10 @@ impl PerfMaps {
     fn new(proc_root: &Path, refused: Arc<AtomicU64>) -> Self {
         PerfMaps {
             proc_root: proc_root.to_path_buf(),
-            processes: HashMap::new(),
+            processes: AHashMap::new(),
             pending: 0,
             refused,
-            refused_pids: HashSet::new(),
+            refused_pids: AHashSet::new(),
             let_go: Arc::default(),
         }
     }
@@ -832,20 +832,20 @@ struct Modules {
     /// [`new_symbolizer`]), so a frame of another build id at the same path
     /// (the file replaced by an upgrade) has every module opened afresh,
     /// once the file there is that build.
-    open: HashMap<String, Option<String>>,
+    open: AHashMap<String, Option<String>>,
     /// The build ids of the files at paths here: a frame is named from a
     /// file only if it is the frame's build, and a container's module is
     /// read from the file at its path here when that is its build
     /// ([`module_file`]).
     file_ids: crate::stacks::BuildIds<String>,
     /// Per module path: how its frames are named.
-    namings: HashMap<String, ModuleFacts>,
+    namings: AHashMap<String, ModuleFacts>,
     /// Entries of the `aliases` of `namings`.
     alias_names: usize,
     /// Per build id, the path its module was opened by: the same binary
     /// run in other containers (seen through each one's `/proc/<pid>/root`,
     /// another path each time) is the same file, named from the one open.
-    by_build_id: HashMap<String, String>,
+    by_build_id: AHashMap<String, String>,
     last_user_frame: Instant,
     /// When [`Modules::release_between_bursts`] last read the resident size.
     budget_checked_at: Instant,
@@ -867,11 +867,11 @@ impl Modules {
             opened: Arc::default(),
             symbolizer: new_symbolizer(),
             demangled: DemangledNames::default(),
-            open: HashMap::new(),
+            open: AHashMap::new(),
             file_ids: crate::stacks::BuildIds::default(),
-            namings: HashMap::new(),
+            namings: AHashMap::new(),
             alias_names: 0,
-            by_build_id: HashMap::new(),
+            by_build_id: AHashMap::new(),
             last_user_frame: Instant::now(),
             budget_checked_at: Instant::now(),
             resident_at_release: resident().unwrap_or(0),

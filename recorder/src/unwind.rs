@@ -47,9 +47,16 @@ const MAX_FRAMES: usize = 64;
 /// reading one of those took a switch storm's recorder from 48 to 89 MiB,
 /// over its 64 MiB bound.
 const SECTIONS_BUDGET: usize = 16 << 20;
-/// What a module's rule cache costs beside its sections: framehop's 509
-/// direct-mapped rules of 16 bytes, and its DWARF evaluation context.
+/// What one of a module's rule caches costs beside its sections:
+/// framehop's 509 direct-mapped rules of 16 bytes, and its DWARF
+/// evaluation context.
 const RULE_CACHE_BYTES: usize = 12 << 10;
+/// Functions (`.eh_frame` entries) a module has per rule cache, and the
+/// most caches one has: a build's `cc1` has 45,000 functions and was
+/// sampled at 13,000 addresses a process, which one cache's 509 slots
+/// kept evicting each other from.
+const FUNCTIONS_PER_RULE_CACHE: usize = 1024;
+const MAX_RULE_CACHES: usize = 32;
 
 /// Section bytes shared by every process that maps the module: the
 /// buffer they were read into, never copied.
@@ -74,7 +81,7 @@ struct ModuleSections {
 
 impl ModuleSections {
     /// The unwind sections of the module at `path`, once `make_room` has
-    /// agreed to their size in bytes.
+    /// agreed to their size in bytes and their rule caches'.
     fn read(path: &Path, make_room: impl FnOnce(usize) -> bool) -> Option<ModuleSections> {
         let file = File::open(path).ok()?;
         let sections = elf::sections(&file).ok()?;
@@ -86,8 +93,12 @@ impl ModuleSections {
         };
         let eh_frame = find(b".eh_frame")?;
         let eh_frame_hdr = find(b".eh_frame_hdr");
-        let size = eh_frame.size + eh_frame_hdr.map_or(0, |h| h.size);
-        if !make_room(usize::try_from(size).ok()?) {
+        let (eh_frame_size, hdr_size) = (
+            usize::try_from(eh_frame.size).ok()?,
+            usize::try_from(eh_frame_hdr.map_or(0, |h| h.size)).ok()?,
+        );
+        let caches = Self::rule_caches(eh_frame_size, hdr_size);
+        if !make_room(eh_frame_size + hdr_size + caches * RULE_CACHE_BYTES) {
             return None;
         }
         Some(ModuleSections {
@@ -101,6 +112,20 @@ impl ModuleSections {
 
     fn bytes(&self) -> usize {
         self.eh_frame.1.len() + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len())
+    }
+
+    /// Rule caches for this module: one per [`FUNCTIONS_PER_RULE_CACHE`]
+    /// functions, counted by `.eh_frame_hdr`'s 8-byte index entries (or
+    /// `.eh_frame`'s entries, about 48 bytes each, without one).
+    fn rule_caches(eh_frame: usize, eh_frame_hdr: usize) -> usize {
+        let functions = if eh_frame_hdr > 0 {
+            eh_frame_hdr / 8
+        } else {
+            eh_frame / 48
+        };
+        functions
+            .div_ceil(FUNCTIONS_PER_RULE_CACHE)
+            .clamp(1, MAX_RULE_CACHES)
     }
 
     /// What to subtract from an address in `mapping` (one of this file's
@@ -131,8 +156,10 @@ struct ModuleUnwinder {
     unwinder: UnwinderX86_64<Bytes>,
     /// Only its own rules, so an entry never goes stale: framehop keys its
     /// cache by an unwinder generation that wraps at 65,536, which
-    /// unwinders rebuilt per process reached within hours of a busy build.
-    cache: Mutex<CacheX86_64>,
+    /// unwinders rebuilt per process reached within a busy build. A large
+    /// module has several, each for its own run of 509 addresses in turn
+    /// ([`ModuleUnwinder::cache_of`]), as one cache of 509 × their number.
+    caches: Mutex<Vec<CacheX86_64>>,
 }
 
 impl ModuleUnwinder {
@@ -151,15 +178,27 @@ impl ModuleUnwinder {
         // Mapped at its own addresses: an address is looked up after its
         // mapping's bias is taken off.
         unwinder.add_module(Module::new(name.to_string(), 0..u64::MAX, 0, info));
+        let caches = ModuleSections::rule_caches(
+            sections.eh_frame.1.len(),
+            sections.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len()),
+        );
         ModuleUnwinder {
             sections,
             unwinder,
-            cache: Mutex::new(CacheX86_64::new()),
+            caches: Mutex::new((0..caches).map(|_| CacheX86_64::new()).collect()),
         }
     }
 
     fn bytes(&self) -> usize {
-        self.sections.bytes() + RULE_CACHE_BYTES
+        let caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sections.bytes() + caches.len() * RULE_CACHE_BYTES
+    }
+
+    /// Which of `count` caches holds the rule for `lookup` (an address of
+    /// the module's own): framehop picks the slot by the address modulo its
+    /// 509, so the next 509 addresses go to the next cache.
+    fn cache_of(lookup: u64, count: usize) -> usize {
+        ((lookup / 509) % count as u64) as usize
     }
 }
 
@@ -230,7 +269,6 @@ impl Unwinders {
         }
         let budget = self.budget;
         let read = ModuleSections::read(Path::new(open_path), |size| {
-            let size = size + RULE_CACHE_BYTES;
             if size > budget {
                 return false;
             }
@@ -295,10 +333,10 @@ impl Unwinders {
             FrameAddress::from_instruction_pointer(own_address)
         };
         let module = &mapped.module;
-        let mut cache = module.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        module
-            .unwinder
-            .unwind_frame(frame, regs, &mut cache, read_stack)
+        let mut caches = module.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = caches.len();
+        let cache = &mut caches[ModuleUnwinder::cache_of(frame.address_for_lookup(), count)];
+        module.unwinder.unwind_frame(frame, regs, cache, read_stack)
     }
 
     /// Unwinds `copy` into `out` (leaf first), completing it from
@@ -462,8 +500,11 @@ mod tests {
             .modules
             .values()
             .flatten()
-            .map(|m| {
-                let stats = m.cache.lock().unwrap().stats();
+            .flat_map(|m| {
+                let caches = m.caches.lock().unwrap();
+                caches.iter().map(|c| c.stats()).collect::<Vec<_>>()
+            })
+            .map(|stats| {
                 stats.miss_empty_slot_count
                     + stats.miss_wrong_address_count
                     + stats.miss_wrong_modules_count
@@ -533,6 +574,23 @@ mod tests {
         assert!(two.module("exe", exe, "second".into()).is_some());
         assert_eq!((two.module_bytes, two.generation), (size, 1));
         assert!(!two.modules.contains_key("first"));
+    }
+
+    #[test]
+    fn a_large_modules_addresses_share_no_slot_within_its_caches_span() {
+        // cc1's 45,000 functions (a 361 KB `.eh_frame_hdr`): every cache.
+        let caches = ModuleSections::rule_caches(2_400_000, 361_000);
+        assert_eq!(caches, MAX_RULE_CACHES);
+        assert_eq!(ModuleSections::rule_caches(17_000, 2_800), 1);
+        assert_eq!(ModuleSections::rule_caches(96 * 1024, 0), 2);
+        // framehop's slot is the address modulo 509: addresses 509 apart
+        // share it, and so go to different caches, until the caches' span.
+        let at = |a: u64| (ModuleUnwinder::cache_of(a, caches), a % 509);
+        let base = 0x2c_1234;
+        let placed: std::collections::HashSet<_> =
+            (0..caches as u64).map(|i| at(base + 509 * i)).collect();
+        assert_eq!(placed.len(), caches);
+        assert_eq!(at(base), at(base + 509 * caches as u64));
     }
 
     #[test]
