@@ -430,6 +430,14 @@ mod tests {
         (ip, sp, bp, bytes)
     }
 
+    /// This process's file mappings, each read and kept by its path.
+    fn own_files(maps: &[Mapping]) -> impl Iterator<Item = (&Mapping, String, String)> {
+        maps.iter().filter_map(|m| {
+            let path = m.path.clone().filter(|p| !p.starts_with('['))?;
+            Some((m, path.clone(), path))
+        })
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[inline(never)]
     fn caller_of_capture() -> (u64, u64, u64, Vec<u8>) {
@@ -445,11 +453,7 @@ mod tests {
         let (ip, sp, bp, bytes) = caller_of_capture();
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let mut unwinders = Unwinders::default();
-        let files = maps.iter().filter_map(|m| {
-            let path = m.path.clone().filter(|p| !p.starts_with('['))?;
-            Some((m, path.clone(), path))
-        });
-        let process = unwinders.for_process(files);
+        let process = unwinders.for_process(own_files(&maps));
         let copy = StackCopy {
             ip,
             sp,
@@ -520,12 +524,6 @@ mod tests {
     fn a_new_process_of_a_module_unwinds_by_the_rules_found_before() {
         let (ip, sp, bp, bytes) = caller_of_capture();
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        let files = || {
-            maps.iter().filter_map(|m| {
-                let path = m.path.clone().filter(|p| !p.starts_with('['))?;
-                Some((m, path.clone(), path))
-            })
-        };
         let copy = StackCopy {
             ip,
             sp,
@@ -533,12 +531,12 @@ mod tests {
             bytes: &bytes,
         };
         let mut unwinders = Unwinders::default();
-        let first = unwinders.for_process(files());
+        let first = unwinders.for_process(own_files(&maps));
         let mut frames = Vec::new();
         assert!(unwinders.unwind(&first, &maps, &copy, &[], &mut frames));
         let first_misses = rule_misses(&unwinders);
         assert!(first_misses >= 5, "{first_misses} lookups for {frames:x?}");
-        let second = unwinders.for_process(files());
+        let second = unwinders.for_process(own_files(&maps));
         let mut again = Vec::new();
         assert!(unwinders.unwind(&second, &maps, &copy, &[], &mut again));
         assert_eq!(again, frames);
