@@ -1689,7 +1689,7 @@ mod tests {
 
     /// A JIT (pid 11): its binary, and anonymous executable memory.
     fn jvm(
-        symbolizer: std::sync::mpsc::SyncSender<FrameRow>,
+        symbolizer: std::sync::mpsc::SyncSender<crate::symbolize::QueuedFrame>,
     ) -> (tempfile::TempDir, StackInterner, Running) {
         let root = tempfile::tempdir().unwrap();
         fake_process(
@@ -1721,7 +1721,7 @@ mod tests {
             &mut stacks,
             &mut frames,
         );
-        let sent: Vec<FrameRow> = rx.try_iter().collect();
+        let sent: Vec<FrameRow> = rx.try_iter().map(|frame| *frame).collect();
         let carries: Vec<(u64, bool, bool)> = sent
             .iter()
             .map(|f| (f.address, f.jit_tmp.is_some(), f.maybe_jit))
