@@ -53,7 +53,8 @@ const LOSS_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows buffered per table before they go to the writer (which gathers
 /// them into row groups of [`hindsight_schemas::layout::ROW_GROUP_ROWS`]): bounds the
 /// recorder's memory (about 60 bytes a row) whatever the event rate. The
-/// builders, and the writer's queue, hold up to this many per table.
+/// builders hold up to this many per table, the writer's queue twice this
+/// many in all.
 pub const BATCH_ROWS: usize = 16 * 1024;
 /// What a `tasks` recording goes without when its BPF program cannot run.
 const TASKS_WITHOUT_EXITS: &str = "task_stat goes without the final counters of the processes that end (one that lives between two snapshots is missing)";

@@ -5,11 +5,16 @@
 //! batch inline stalled the drain longer than that and the kernel dropped
 //! events.
 //!
-//! The channel between the two is bounded ([`QUEUE`] batches): when the
-//! disk or the encoder cannot keep up, the drain blocks, the ring fills and
-//! the kernel counts the drops — memory stays bounded either way. How long
-//! the drain was held up so is counted ([`Writer::waited`]), so a loss in
-//! the recording can be told apart from one the writer caused.
+//! The queue between the two is bounded by the rows it holds
+//! ([`QUEUE_ROWS`], two full batches), not by its batches: every second's
+//! flush hands over a small batch of each table, and a queue of two batches
+//! held the drain up behind them while the writer was busy (a flush waited
+//! 15-55 ms, 31 times in 4 minutes of a soak; BENCHMARKS.md, "The drain's
+//! priority"), long enough for a burst to fill one CPU's ring. When
+//! the disk or the encoder cannot keep up, the drain blocks, the ring fills
+//! and the kernel counts the drops — memory stays bounded either way. How
+//! long the drain was held up so is counted ([`Writer::waited`]), so a loss
+//! in the recording can be told apart from one the writer caused.
 //!
 //! Closing a chunk (the last row group, footer, fsync and rename of every
 //! table's file, and fsync of every table's directory) is two fsyncs per
@@ -36,7 +41,7 @@ use std::{
     sync::{
         atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError},
-        Arc,
+        Arc, Condvar, Mutex,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -54,8 +59,47 @@ use crate::private_dir::PrivateDir;
 use crate::rows::LossRows;
 use crate::sink::{is_disk_full, Closed, FileStamp, TableSink, Written};
 
-/// Batches that may wait for the writer; each is at most `BATCH_ROWS` rows.
-const QUEUE: usize = 2;
+/// Rows that may wait for the writer, in all tables' batches together: the
+/// memory two full batches took when the queue counted batches. A batch
+/// larger than this (a snapshot of more processes) goes alone.
+const QUEUE_ROWS: usize = 2 * crate::recorder::BATCH_ROWS;
+
+/// Jobs that may wait for the writer: a flush of every table and a close
+/// fit without waiting, however few rows each holds.
+const QUEUE_JOBS: usize = 2 * TABLES.len() + 1;
+
+/// The rows queued for the writer thread and not yet written, and whether
+/// the thread is gone (then nobody waits for room).
+#[derive(Default)]
+struct QueuedRows {
+    state: Mutex<(usize, bool)>,
+    room: Condvar,
+}
+
+impl QueuedRows {
+    /// Counts `rows` more as queued once they fit under [`QUEUE_ROWS`] (or
+    /// nothing else is queued), waiting for the writer until then.
+    fn admit(&self, rows: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !state.1 && state.0 > 0 && state.0 + rows > QUEUE_ROWS {
+            state = self.room.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.0 += rows;
+    }
+
+    /// The writer is done with `rows` of them.
+    fn release(&self, rows: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = state.0.saturating_sub(rows);
+        self.room.notify_all();
+    }
+
+    /// The writer thread stopped: nobody waits for room any more.
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.room.notify_all();
+    }
+}
 
 /// How often a lasting disk-full outage is logged again.
 const OUTAGE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -119,6 +163,7 @@ impl Default for WriterStats {
 /// The recording thread's handle on the writer thread.
 pub struct Writer {
     jobs: Option<SyncSender<Job>>,
+    queued: Arc<QueuedRows>,
     thread: Option<JoinHandle<anyhow::Result<RowsWritten>>>,
     pub stats: Arc<WriterStats>,
     /// The answer to the chunk close under way, if one is.
@@ -139,9 +184,11 @@ impl Writer {
             .iter()
             .map(|t| TableSink::new(recording, t, stamp))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let (jobs, queue) = sync_channel(QUEUE);
+        let (jobs, queue) = sync_channel(QUEUE_JOBS);
+        let queued = Arc::new(QueuedRows::default());
         let stats = Arc::new(WriterStats::default());
         let mut thread = WriterThread {
+            queued: Arc::clone(&queued),
             sinks,
             recording: recording.path().to_path_buf(),
             stats: Arc::clone(&stats),
@@ -157,6 +204,7 @@ impl Writer {
             .context("starting the writer thread")?;
         Ok(Writer {
             jobs: Some(jobs),
+            queued,
             thread: Some(thread),
             stats,
             closing: None,
@@ -175,6 +223,11 @@ impl Writer {
         let Some(jobs) = self.jobs.as_ref() else {
             return Err(self.stopped());
         };
+        if let Job::Write { batch, .. } = &job {
+            let blocked = Instant::now();
+            self.queued.admit(batch.num_rows());
+            self.waited += blocked.elapsed();
+        }
         let sent = match jobs.try_send(job) {
             Ok(()) => true,
             Err(TrySendError::Disconnected(_)) => false,
@@ -279,6 +332,8 @@ struct Outage {
 }
 
 struct WriterThread {
+    /// Shared with [`Writer`]: released as each batch is written.
+    queued: Arc<QueuedRows>,
     sinks: Vec<TableSink>,
     recording: PathBuf,
     stats: Arc<WriterStats>,
@@ -290,6 +345,14 @@ struct WriterThread {
     held_losses: HeldLosses,
     /// The file name of the chunk being written, where held losses go.
     chunk_name: Option<String>,
+}
+
+impl Drop for WriterThread {
+    /// However the thread ends (an error, a panic), a drain waiting for
+    /// room in the queue is let go, to find the thread gone.
+    fn drop(&mut self) {
+        self.queued.close();
+    }
 }
 
 /// `loss` rows a full disk kept out, bounded: past [`HELD_LOSS_ROWS`] they
@@ -383,6 +446,7 @@ impl WriterThread {
                     file_name,
                 }) => {
                     self.write(table, &batch, &file_name)?;
+                    self.queued.release(batch.num_rows());
                     self.count_open_bytes();
                 }
                 Ok(Job::Close { done }) => {
@@ -673,6 +737,61 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// Whether `admit(rows)` on another thread returns within `within`;
+    /// the thread stays waiting (and is let go by the test) if not.
+    fn admitted_within(
+        queued: &Arc<QueuedRows>,
+        rows: usize,
+        within: Duration,
+    ) -> (bool, std::sync::mpsc::Receiver<()>) {
+        let (done, admitted) = std::sync::mpsc::channel();
+        let queued = Arc::clone(queued);
+        std::thread::spawn(move || {
+            queued.admit(rows);
+            let _ = done.send(());
+        });
+        (admitted.recv_timeout(within).is_ok(), admitted)
+    }
+
+    /// A second's flush hands the writer a small batch of every table: they
+    /// queue behind a writer that is busy (an fsync) without holding the
+    /// drain up, while a full batch past the rows' bound waits until the
+    /// writer has written enough.
+    #[test]
+    fn the_queue_holds_rows_not_batches() {
+        let queued = Arc::new(QueuedRows::default());
+        queued.admit(crate::recorder::BATCH_ROWS);
+        for _ in 0..2 * TABLES.len() {
+            let (admitted, _) = admitted_within(&queued, 100, Duration::from_secs(10));
+            assert!(admitted, "a small batch waited behind one full batch");
+        }
+        let (admitted, later) = admitted_within(
+            &queued,
+            crate::recorder::BATCH_ROWS,
+            Duration::from_millis(200),
+        );
+        assert!(!admitted, "a full batch went past the rows' bound");
+        queued.release(crate::recorder::BATCH_ROWS);
+        assert!(
+            later.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "the batch still waits once the writer wrote a full one"
+        );
+    }
+
+    /// A batch above the whole bound (a snapshot of very many processes)
+    /// goes when nothing else is queued; a writer thread that is gone lets
+    /// every waiting drain go.
+    #[test]
+    fn an_oversized_batch_goes_alone_and_a_gone_writer_lets_waiters_go() {
+        let queued = Arc::new(QueuedRows::default());
+        let (admitted, _) = admitted_within(&queued, 3 * QUEUE_ROWS, Duration::from_secs(10));
+        assert!(admitted, "an oversized batch waited on an empty queue");
+        let (admitted, later) = admitted_within(&queued, 1, Duration::from_millis(200));
+        assert!(!admitted, "a batch went past an oversized one");
+        queued.close();
+        assert!(later.recv_timeout(Duration::from_secs(10)).is_ok());
     }
 
     /// A tmpfs of a few pages, filled by `filler` until there is no room.
