@@ -813,8 +813,9 @@ mod tests {
         assert!(check_privileges(&status("0000008000000000")).is_err()); // CAP_BPF alone
         assert!(check_privileges(&status("0000000000000000")).is_err());
         assert!(check_privileges("garbage").is_err());
-        // The service's set: CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH.
-        let service = status("000000c000080004");
+        // The service's set: CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH,
+        // CAP_SYS_NICE.
+        let service = status("000000c000880004");
         assert!(check_privileges(&service).is_ok());
         assert!(missing_optional_capabilities(&service).is_empty());
         assert_eq!(

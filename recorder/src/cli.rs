@@ -52,6 +52,10 @@ A larger --ring-size costs twice its size for each of the sched and faults
 rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
 every ring is mapped twice over.
 
+The thread that drains the rings takes nice -10 (root or CAP_SYS_NICE; without,
+it warns): it costs about 0.1 µs an event, and kept waiting for a CPU it would
+let a ring fill. The rest keeps the nice it was started with.
+
 One recorder per directory: a second one on the same DIR is refused (exit 2).
 
 Exit codes: 0 recorded and every file is complete; 1 failed while recording

@@ -85,6 +85,41 @@ fn install_signal_handlers() {
     }
 }
 
+/// The nice the thread draining the rings takes, whatever the process runs
+/// at (`Nice=19` in dist/hindsight-record.service). Draining costs about
+/// 0.1 µs an event; waiting is what loses them. At nice 0 a woken drain was
+/// seen to wait 46-77 ms behind a CPU-bound nice-0 program on its CPU while
+/// a ping-pong on the other filled that CPU's ring; at -10 two 5-minute
+/// soaks lost nothing once the loop ran (BENCHMARKS.md, "The drain's
+/// priority"). The writer and the symbolizer, which do the expensive work,
+/// keep the process's nice.
+const DRAIN_NICE: libc::c_int = -10;
+
+/// Gives the calling thread (the drain; every other thread is already
+/// started, so none inherits it) [`DRAIN_NICE`], unless it already runs at
+/// that or higher. Fails without CAP_SYS_NICE.
+fn raise_drain_priority() -> std::io::Result<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as libc::id_t;
+    // SAFETY: getpriority and setpriority read and set a thread's nice; on
+    // Linux PRIO_PROCESS with a thread id means that one thread. -1 is a
+    // valid nice, so errno tells a failure.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if nice <= DRAIN_NICE {
+            return Ok(());
+        }
+        if libc::setpriority(libc::PRIO_PROCESS, tid, DRAIN_NICE) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// What a finished recording wrote, for the summary line.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -848,24 +883,6 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
 
     // A group this kernel cannot load is skipped with one warning; the rest record.
     let mut refused: Vec<(&str, String)> = Vec::new();
-    let mut sched_object = MaybeUninit::uninit();
-    let sched = match (&catalog, wants(config, "sched")) {
-        (Some(catalog), true) => skip_refused(
-            "sched",
-            bpf::load_sched(
-                &mut sched_object,
-                config.ring_size,
-                match (config.off_cpu_stacks, config.unwind_dwarf) {
-                    (false, _) => bpf::OffCpuStacks::No,
-                    (true, false) => bpf::OffCpuStacks::FramePointers,
-                    (true, true) => bpf::OffCpuStacks::Unwound,
-                },
-                catalog,
-            ),
-            &mut refused,
-        ),
-        _ => None,
-    };
     let mut faults_object = MaybeUninit::uninit();
     let faults = match (&catalog, wants(config, "faults")) {
         (Some(catalog), true) => skip_refused(
@@ -932,6 +949,29 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 &mut refused,
             )
         }
+        _ => None,
+    };
+    // The sched group attaches last: its rings fill fastest (a ping-pong
+    // writes one CPU's 2 MiB in about 35 ms), and nothing drains them until
+    // the loop starts. Loading the other groups first took that wait from
+    // 76 ms to 6-21 ms on an idle machine (BENCHMARKS.md, "The drain's
+    // priority").
+    let mut sched_object = MaybeUninit::uninit();
+    let sched = match (&catalog, wants(config, "sched")) {
+        (Some(catalog), true) => skip_refused(
+            "sched",
+            bpf::load_sched(
+                &mut sched_object,
+                config.ring_size,
+                match (config.off_cpu_stacks, config.unwind_dwarf) {
+                    (false, _) => bpf::OffCpuStacks::No,
+                    (true, false) => bpf::OffCpuStacks::FramePointers,
+                    (true, true) => bpf::OffCpuStacks::Unwound,
+                },
+                catalog,
+            ),
+            &mut refused,
+        ),
         _ => None,
     };
     // Nothing left to record: the reasons, and exit 3.
@@ -1098,6 +1138,15 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         ))
     };
 
+    if ring.is_some() {
+        if let Err(e) = raise_drain_priority() {
+            eprintln!(
+                "hindsight-record: warning: the thread that drains the ring buffers cannot take \
+                 nice {DRAIN_NICE} ({e}; it needs CAP_SYS_NICE): while other programs keep the \
+                 CPUs busy it may wait, and the kernel drop events (counted in the loss table)"
+            );
+        }
+    }
     install_signal_handlers();
     eprintln!(
         "hindsight-record: recording {} to {} ({})",

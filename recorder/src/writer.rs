@@ -8,9 +8,9 @@
 //! The queue between the two is bounded by the rows it holds
 //! ([`QUEUE_ROWS`], two full batches), not by its batches: every second's
 //! flush hands over a small batch of each table, and a queue of two batches
-//! held the drain up behind them while the writer was busy (a flush waited
-//! 15-55 ms, 31 times in 4 minutes of a soak; BENCHMARKS.md, "The drain's
-//! priority"), long enough for a burst to fill one CPU's ring. When
+//! held the drain up behind them while the writer was busy (in a soak, a
+//! flush waited over 10 ms every 5-10 s, up to 56 ms; BENCHMARKS.md, "The
+//! drain's priority"), long enough for a burst to fill one CPU's ring. When
 //! the disk or the encoder cannot keep up, the drain blocks, the ring fills
 //! and the kernel counts the drops — memory stays bounded either way. How
 //! long the drain was held up so is counted ([`Writer::waited`]), so a loss

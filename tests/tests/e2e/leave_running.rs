@@ -273,7 +273,8 @@ fn the_service_capability_set_records_everything_as_a_non_root_user() {
             "CAP_BPF",
             "CAP_PERFMON",
             "CAP_SYS_PTRACE",
-            "CAP_DAC_READ_SEARCH"
+            "CAP_DAC_READ_SEARCH",
+            "CAP_SYS_NICE"
         ]
     );
     // `nobody` with exactly those capabilities, as systemd's DynamicUser
@@ -303,6 +304,29 @@ fn the_service_capability_set_records_everything_as_a_non_root_user() {
     let recorder_pid = recorder.pid();
     let status = fs::read_to_string(format!("/proc/{recorder_pid}/status")).unwrap();
     assert!(status.contains("Uid:\t65534"), "{status}");
+    // CAP_SYS_NICE: the drain (the main thread) took nice -10, the writer
+    // kept the process's 0 (a thread's nice is field 19 of its stat).
+    let nice_of = |tid: &str| {
+        let stat = fs::read_to_string(format!("/proc/{recorder_pid}/task/{tid}/stat")).unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+        after_comm
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .parse::<i32>()
+            .unwrap()
+    };
+    assert_eq!(nice_of(&recorder_pid.to_string()), -10);
+    let writer = fs::read_dir(format!("/proc/{recorder_pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .find(|tid| {
+            fs::read_to_string(format!("/proc/{recorder_pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == "hindsight-write")
+        })
+        .expect("a writer thread");
+    assert_eq!(nice_of(&writer), 0);
     let truth = crate::fixture::pingpong(2_000);
     thread::sleep(Duration::from_millis(1500));
     let log = recorder.stop();
