@@ -61,7 +61,7 @@ for ((round = 1; round <= rounds; round++)); do
       rm -rf "$work/rec" "$work"/pipe.*
       "$recorder" --output "$work/rec" --events sched 2>"$work/log" &
       pid=$!
-      for _ in $(seq 100); do grep -q recording "$work/log" && break; sleep 0.1; done
+      for _ in $(seq 100); do grep -q "^hindsight-record: recording " "$work/log" && break; sleep 0.1; done
       pipes=()
       for ((cpu = 0; cpu < n; cpu++)); do
         taskset -c "$cpu" perf bench sched pipe -l "$loops" >"$work/pipe.$cpu" &

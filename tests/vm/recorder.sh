@@ -8,9 +8,11 @@ start_recorder() {
   shift
   "$bin" --output rec --chunk 5s "$@" >record.log 2>&1 &
   recorder=$!
-  # Recording once its banner is out (or gone, when it failed).
+  # Recording once its banner is out (or gone, when it failed): the banner
+  # line itself, as a warning that a group is skipped says "recording
+  # without it" before the last groups attach.
   for _ in $(seq 600); do
-    grep -q "recording" record.log 2>/dev/null && break
+    grep -q "^hindsight-record: recording " record.log 2>/dev/null && break
     kill -0 "$recorder" 2>/dev/null || break
     sleep 0.1
   done
