@@ -527,20 +527,24 @@ impl Periodic {
         [counters, tasks, page_cache].into_iter().flatten().min()
     }
 
-    /// Reads whatever is due (everything when `force`, to bound the end of
-    /// the recording with a final sample).
+    /// Reads whatever is due. With `stopped_at` (when the recording was
+    /// stopped), reads everything, to bound the end of the recording with a
+    /// final sample; rounds count as late only up to the stop, not over the
+    /// stop's own wait for the last frees and names.
     fn run_due(
         &mut self,
         now: Instant,
-        force: bool,
+        stopped_at: Option<Instant>,
         c: &mut Collector,
         lost_total: u64,
         cache_counts: Option<&dyn MapCore>,
     ) -> anyhow::Result<()> {
         let ts = clock::utc_now_ns();
+        let force = stopped_at.is_some();
+        let late_until = stopped_at.unwrap_or(now);
         if let (Some((every, next)), Some(map)) = (&mut self.page_cache, cache_counts) {
             if force || now >= *next {
-                push_late(c, ts, "page_cache", *next, *every, now);
+                push_late(c, ts, "page_cache", *next, *every, late_until);
                 *next = next_tick(*next, *every, now);
                 drain_page_cache(map, ts, &mut c.rows.page_cache)?;
                 c.flush_if_full("page_cache")?;
@@ -548,7 +552,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.counters {
             if force || now >= *next {
-                push_late(c, ts, "counter", *next, *every, now);
+                push_late(c, ts, "counter", *next, *every, late_until);
                 *next = next_tick(*next, *every, now);
                 reader.read_round(ts, &mut c.rows.counter);
                 push_self_counters(ts, c, lost_total);
@@ -557,7 +561,7 @@ impl Periodic {
         }
         if let Some((reader, every, next)) = &mut self.tasks {
             if force || now >= *next {
-                push_late(c, ts, "task_stat", *next, *every, now);
+                push_late(c, ts, "task_stat", *next, *every, late_until);
                 *next = next_tick(*next, *every, now);
                 reader.snapshot_timed(&clock::utc_now_ns, &mut c.rows.task_stat);
                 c.flush_if_full("task_stat")?;
@@ -1256,7 +1260,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 Err(e) => eprintln!("hindsight-record: warning: {e:#}"),
             }
         }
-        if let Err(e) = periodic.run_due(now, false, &mut c, lost_total, cache_counts) {
+        if let Err(e) = periodic.run_due(now, None, &mut c, lost_total, cache_counts) {
             failure = Some(e);
             break;
         }
@@ -1301,6 +1305,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
             break;
         }
     }
+    let stopped_at = Instant::now();
 
     // Detach every program, so that no event is added after, then drain
     // what the kernel already handed over, then read the loss counters, and
@@ -1356,7 +1361,13 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
         // A last sample bounds the end of the recording for interval deltas;
         // taken after the symbolizer's last work, its own counters (perf
         // maps refused while naming the last frames) are final.
-        if let Err(e) = periodic.run_due(Instant::now(), true, &mut c, lost_total, cache_counts) {
+        if let Err(e) = periodic.run_due(
+            Instant::now(),
+            Some(stopped_at),
+            &mut c,
+            lost_total,
+            cache_counts,
+        ) {
             failure = Some(e);
         }
     }
