@@ -370,11 +370,27 @@ pub fn utc_now_ns() -> i64 {
 ///   its run is seen as part of the slice it interrupted. Elsewhere pid 1 is
 ///   init, idle and visible, and this adds nothing.
 pub fn hidden_cpu_seconds() -> f64 {
-    let init = std::fs::read_to_string("/proc/1/stat").expect("/proc/1/stat");
-    let after_comm = init.rsplit_once(") ").expect("a comm").1;
-    // utime and stime, fields 14 and 15, are the 12th and 13th after comm.
-    let agent = ticks(after_comm, 11, 2);
+    let init = stat_fields("/proc/1/stat");
+    // utime and stime, fields 14 and 15.
+    let agent: f64 = init[11..13]
+        .iter()
+        .map(|v| v.parse::<f64>().expect("a tick count"))
+        .sum();
     steal_seconds() + agent / clock_ticks_per_second()
+}
+
+/// The fields of a `/proc/<pid>/stat` (or a thread's) after `(comm)`, which
+/// may hold spaces and parentheses: index 0 is field 3 (the state), index
+/// `n` field `n + 3` in proc(5)'s numbering. `None` once the task is gone.
+pub fn stat_fields_if_any(path: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let after_comm = stat.rsplit_once(") ")?.1;
+    Some(after_comm.split_whitespace().map(str::to_owned).collect())
+}
+
+/// [`stat_fields_if_any`] of a task that must still be there.
+pub fn stat_fields(path: &str) -> Vec<String> {
+    stat_fields_if_any(path).unwrap_or_else(|| panic!("{path} is gone or unreadable"))
 }
 
 /// CPU seconds the hypervisor has taken from this machine since boot,

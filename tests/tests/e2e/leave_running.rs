@@ -9,7 +9,9 @@ use std::{
 
 use hindsight_schemas::layout;
 
-use crate::fixture::{bin, quiet, run, settle, shared, sql_count, utc_now_ns, Recorder, Scratch};
+use crate::fixture::{
+    bin, quiet, run, settle, shared, sql_count, stat_fields, utc_now_ns, Recorder, Scratch,
+};
 
 /// Bytes of every file under a recording (closed chunks, the open chunk's
 /// temporaries, recording.json), and the bytes of each closed chunk slice
@@ -307,12 +309,7 @@ fn the_service_capability_set_records_everything_as_a_non_root_user() {
     // CAP_SYS_NICE: the drain (the main thread) took nice -10, the writer
     // kept the process's 0 (a thread's nice is field 19 of its stat).
     let nice_of = |tid: &str| {
-        let stat = fs::read_to_string(format!("/proc/{recorder_pid}/task/{tid}/stat")).unwrap();
-        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
-        after_comm
-            .split(' ')
-            .nth(16)
-            .unwrap()
+        stat_fields(&format!("/proc/{recorder_pid}/task/{tid}/stat"))[16]
             .parse::<i32>()
             .unwrap()
     };

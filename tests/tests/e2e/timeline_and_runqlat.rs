@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::fixture::{
     bin, hidden_cpu_seconds, hindsight_stdout, load, quiet, run, shared, sql, sql_count,
-    table_rows, utc_now_ns, Recorder, Scratch,
+    stat_fields_if_any, table_rows, utc_now_ns, Recorder, Scratch,
 };
 
 const S: i64 = 1_000_000_000;
@@ -617,9 +617,8 @@ struct AtExit {
 fn at_exit(pid: u32) -> AtExit {
     let stat = format!("/proc/{pid}/stat");
     loop {
-        let text = std::fs::read_to_string(&stat).expect("the hog is not reaped yet");
-        let state = text.rsplit(") ").next().and_then(|t| t.split(' ').next());
-        if state == Some("Z") {
+        let fields = stat_fields_if_any(&stat).expect("the hog is not reaped yet");
+        if fields[0] == "Z" {
             break;
         }
         thread::sleep(Duration::from_millis(20));
