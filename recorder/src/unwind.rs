@@ -77,6 +77,9 @@ struct ModuleSections {
     eh_frame_hdr: Option<(std::ops::Range<u64>, Bytes)>,
     text: Option<std::ops::Range<u64>>,
     got: Option<std::ops::Range<u64>>,
+    /// How many rule caches its unwinder gets ([`ModuleSections::rule_caches`]),
+    /// as counted into the budget when the sections were read.
+    rule_caches: usize,
 }
 
 impl ModuleSections {
@@ -107,6 +110,7 @@ impl ModuleSections {
             eh_frame_hdr: eh_frame_hdr.and_then(load),
             text: find(b".text").map(range),
             got: find(b".got").map(range),
+            rule_caches: caches,
         })
     }
 
@@ -178,14 +182,13 @@ impl ModuleUnwinder {
         // Mapped at its own addresses: an address is looked up after its
         // mapping's bias is taken off.
         unwinder.add_module(Module::new(name.to_string(), 0..u64::MAX, 0, info));
-        let caches = ModuleSections::rule_caches(
-            sections.eh_frame.1.len(),
-            sections.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len()),
-        );
+        let caches = (0..sections.rule_caches)
+            .map(|_| CacheX86_64::new())
+            .collect();
         ModuleUnwinder {
             sections,
             unwinder,
-            caches: Mutex::new((0..caches).map(|_| CacheX86_64::new()).collect()),
+            caches: Mutex::new(caches),
         }
     }
 
