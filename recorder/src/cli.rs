@@ -46,7 +46,7 @@ names once they hold 12 MiB, and names a binary with over 16 MiB of DWARF from
 its symbol table alone; when the disk or encoder falls behind, the kernel
 drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 48 MiB RSS at the peak of a context-switch storm;
-45 MiB median and 54 MiB at the peak of a 30-minute mixed workload whose
+47 MiB median and 55 MiB at the peak of a 30-minute mixed workload whose
 binaries the CPU sampler had to name. Bound: 64 MiB.
 A larger --ring-size costs twice its size for each of the sched and faults
 rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
