@@ -372,10 +372,7 @@ pub fn utc_now_ns() -> i64 {
 pub fn hidden_cpu_seconds() -> f64 {
     let init = stat_fields("/proc/1/stat");
     // utime and stime, fields 14 and 15.
-    let agent: f64 = init[11..13]
-        .iter()
-        .map(|v| v.parse::<f64>().expect("a tick count"))
-        .sum();
+    let agent = ticks(init[11..13].iter().map(String::as_str));
     steal_seconds() + agent / clock_ticks_per_second()
 }
 
@@ -397,14 +394,13 @@ pub fn stat_fields(path: &str) -> Vec<String> {
 /// summed over CPUs (the `steal` column of /proc/stat's `cpu` line).
 pub fn steal_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    ticks(stat.lines().next().expect("the cpu line"), 8, 1) / clock_ticks_per_second()
+    let cpu_line = stat.lines().next().expect("the cpu line");
+    ticks(cpu_line.split_whitespace().skip(8).take(1)) / clock_ticks_per_second()
 }
 
-/// The sum of `take` whitespace-separated tick counts after `skip` of them.
-fn ticks(text: &str, skip: usize, take: usize) -> f64 {
-    text.split_whitespace()
-        .skip(skip)
-        .take(take)
+/// The sum of tick counts.
+fn ticks<'a>(counts: impl Iterator<Item = &'a str>) -> f64 {
+    counts
         .map(|v| v.parse::<f64>().expect("a tick count"))
         .sum()
 }

@@ -66,6 +66,16 @@ fn sigint_in_the_middle_of_a_chunk_leaves_only_complete_files() {
     }
 }
 
+/// Milliseconds from the first row of `table` to its last.
+fn span_ms(rec: &Path, table: &str) -> i64 {
+    sql_count(
+        rec,
+        &format!(
+            "SELECT (CAST(max(ts) AS BIGINT) - CAST(min(ts) AS BIGINT)) / 1000000 FROM {table}"
+        ),
+    )
+}
+
 #[test]
 fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
     let _machine = shared();
@@ -79,10 +89,7 @@ fn duration_ends_the_recording_and_a_second_run_appends_a_session() {
     // the hypervisor takes from the machine passes on every clock of it:
     // that much more is no fault of ours. (CI once saw 11 s of switches:
     // the stop's wait for a task's free, which the next test pins down.)
-    let span_ms = sql_count(
-        &rec,
-        "SELECT (CAST(max(ts) AS BIGINT) - CAST(min(ts) AS BIGINT)) / 1000000 FROM sched_switch",
-    );
+    let span_ms = span_ms(&rec, "sched_switch");
     assert!(
         (900..=1500 + stolen_ms).contains(&span_ms),
         "switches over {span_ms} ms ({stolen_ms} ms stolen by the hypervisor meanwhile)"
@@ -137,12 +144,7 @@ fn a_stop_that_waits_for_a_tasks_free_records_nothing_after_its_end() {
     );
     // And the events stopped at the two seconds asked for.
     for table in ["sched_switch", "sched_wakeup"] {
-        let span_ms = sql_count(
-            &rec,
-            &format!(
-                "SELECT (CAST(max(ts) AS BIGINT) - CAST(min(ts) AS BIGINT)) / 1000000 FROM {table}"
-            ),
-        );
+        let span_ms = span_ms(&rec, table);
         assert!(
             (1_900..=2_500 + stolen_ms).contains(&span_ms),
             "{table} over {span_ms} ms ({stolen_ms} ms stolen by the hypervisor meanwhile)"
