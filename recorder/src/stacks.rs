@@ -48,6 +48,11 @@ const MAX_MISSING_FILES: usize = 4096;
 /// Processes whose executable mappings are kept (a few KiB each); past
 /// this the cache starts over.
 const MAX_PROCESSES: usize = 1024;
+/// How long a file whose path goes with its process is held open after its
+/// process's samples were last met ([`StackInterner::held_module`]): longer
+/// than the samples of a process that exited wait in the ring, or its
+/// frames in the symbolizer's queue, on a loaded host.
+const HOLD_AFTER_LAST_SEEN: Duration = Duration::from_secs(10);
 /// Files whose build id is kept.
 const MAX_BUILD_IDS: usize = 4096;
 /// How long a build id read from a file is taken for the same path and
@@ -338,6 +343,9 @@ pub struct FrameRow {
     /// On a process's first frame in anonymous executable memory (JIT
     /// code): its `/tmp`, where its perf map will be. Not stored.
     pub jit_tmp: Option<crate::symbolize::JitTmp>,
+    /// `open_path`'s file, held open while the process ran: that path
+    /// goes with the process. Not stored.
+    pub held: Option<crate::symbolize::HeldModule>,
     /// Code a perf map may name: in anonymous executable memory, or outside
     /// the map of a process known to have such code (JIT code freed since).
     /// Any other address in no mapping is a bad unwind, not worth holding
@@ -368,6 +376,7 @@ impl FrameRow {
             pid,
             open_path: None,
             jit_tmp: None,
+            held: None,
             maybe_jit: false,
             file_missing: false,
             function: None,
@@ -467,6 +476,16 @@ pub struct StackInterner {
     procmap_query: bool,
     /// The text of the last `/proc` file read, its capacity kept.
     proc_text: Vec<u8>,
+    /// Files whose path goes with their process, held open for its frames
+    /// ([`crate::symbolize::HeldModule`]), by file, with when their process
+    /// was last met: opened when its map is read, while it surely runs, and
+    /// let go of [`HOLD_AFTER_LAST_SEEN`] after that (an open file in a
+    /// container's root keeps its runtime from unmounting it).
+    held_files: ahash::AHashMap<FileKey, (crate::symbolize::HeldModule, Instant)>,
+    /// How many are held, by this and by the frames in the queue.
+    held_modules: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// When held files were last looked over for ones to let go of.
+    held_swept_at: Instant,
 }
 
 impl StackInterner {
@@ -488,12 +507,16 @@ impl StackInterner {
             own_mount_namespace: std::fs::read_link(proc_root.join("self/ns/mnt")).ok(),
             procmap_query: true,
             proc_text: Vec::new(),
+            held_files: ahash::AHashMap::new(),
+            held_modules: std::sync::Arc::default(),
+            held_swept_at: Instant::now(),
         }
     }
 
     /// Wakes the symbolizer for the frames queued since it was last woken:
     /// once a drain, not once a frame ([`FrameRequests`]).
     pub fn wake_symbolizer(&mut self) {
+        self.let_go_of_held_files(Instant::now());
         if std::mem::take(&mut self.queued) {
             self.symbolizer.wake();
         }
@@ -788,11 +811,40 @@ impl StackInterner {
         let (path, open_path) = file_of(&self.proc_root, pid, root, &mapping, path);
         let build_id = self.build_id_of(pid, &mapping, open_path.as_deref().unwrap_or(&path));
         row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
+        if let (Some(open), Some(_), Some(file)) = (&open_path, &build_id, mapping.file) {
+            row.held = self.held_module(file, open);
+        }
         row.module = Some(path);
         row.build_id = build_id;
         row.file_offset = Some(file_offset);
         row.open_path = open_path;
         row
+    }
+
+    /// `file`, open at `path` (a path that goes with its process), held for
+    /// the symbolizer: opened the first time, and kept while its processes
+    /// are met.
+    fn held_module(&mut self, file: FileKey, path: &str) -> Option<crate::symbolize::HeldModule> {
+        let now = Instant::now();
+        if let Some((held, seen)) = self.held_files.get_mut(&file) {
+            *seen = now;
+            return Some(held.clone());
+        }
+        let held = crate::symbolize::HeldModule::open(path, &self.held_modules)?;
+        self.held_files.insert(file, (held.clone(), now));
+        Some(held)
+    }
+
+    /// Lets go of the held files whose processes were last met
+    /// [`HOLD_AFTER_LAST_SEEN`] before `now` (once a second at most): the
+    /// frames queued still hold theirs until they are named.
+    fn let_go_of_held_files(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.held_swept_at) < Duration::from_secs(1) {
+            return;
+        }
+        self.held_swept_at = now;
+        self.held_files
+            .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < HOLD_AFTER_LAST_SEEN);
     }
 
     /// `<proc_root>/<pid>/root` if `pid` is in another mount namespace
@@ -871,13 +923,20 @@ impl StackInterner {
             Some(known) if !known.maps.is_empty() => known.root.clone(),
             _ => self.foreign_root(key.pid),
         };
-        if let Some(root) = &root {
-            // A container's files are read through its root, which goes
-            // with the process: their build ids are read now, while it
-            // lives, for the samples of it still in the ring.
-            for m in &maps {
-                if let Some(path) = m.path.as_deref().filter(|p| !p.starts_with('[')) {
-                    self.build_id_of(key.pid, m, &format!("{root}{path}"));
+        // A container's files are read through its root, and a deleted
+        // file through the process's map_files, which go with the process:
+        // their build ids are read now, while it lives, for the samples of
+        // it still in the ring, and the files held open for the symbolizer.
+        for m in &maps {
+            let Some(path) = m.path.as_deref().filter(|p| !p.starts_with('[')) else {
+                continue;
+            };
+            if root.is_none() && !path.ends_with(" (deleted)") {
+                continue;
+            }
+            if let (_, Some(open)) = file_of(&self.proc_root, key.pid, root.as_deref(), m, path) {
+                if let (Some(_), Some(file)) = (self.build_id_of(key.pid, m, &open), m.file) {
+                    self.held_module(file, &open);
                 }
             }
         }
@@ -1704,6 +1763,81 @@ mod tests {
             program: Program::default(),
         };
         (root, interner, running)
+    }
+
+    /// Frames of a file in another mount namespace's root carry that file,
+    /// held open since the process's map was read, one open for all of
+    /// them; the interner lets go of it [`HOLD_AFTER_LAST_SEEN`] after the
+    /// process was last met, and the frames when they are named. A host
+    /// process's frames, whose path stays, carry nothing.
+    #[test]
+    fn a_containers_frames_carry_its_file_held_open_until_they_are_named() {
+        use std::os::unix::fs::MetadataExt;
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let proc_root = tempfile::tempdir().unwrap();
+        let ns = |pid: &str, id: u32| {
+            let dir = proc_root.path().join(pid).join("ns");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(format!("mnt:[{id}]"), dir.join("mnt")).unwrap();
+        };
+        ns("self", 1);
+        let app = proc_root.path().join("11/root/app");
+        std::fs::create_dir_all(app.parent().unwrap()).unwrap();
+        std::fs::copy("/usr/bin/true", &app).unwrap();
+        assert!(
+            read_build_id(&app).is_some(),
+            "Debian's binaries have build ids"
+        );
+        let meta = std::fs::metadata(&app).unwrap();
+        let maps = format!(
+            "1000-3000 r-xp 00000000 {:02x}:{:02x} {} /app\n",
+            libc::major(meta.dev()),
+            libc::minor(meta.dev()),
+            meta.ino()
+        );
+        fake_process(proc_root.path(), 11, &maps);
+        ns("11", 2);
+        fake_process(proc_root.path(), 12, &maps);
+        ns("12", 1);
+        let mut interner = StackInterner::new(proc_root.path(), tx);
+        let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
+        let running = |pid| Running {
+            pid,
+            program: Program::default(),
+        };
+        interner.intern(
+            running(11),
+            &[],
+            &[0x1010, 0x2020],
+            &mut stacks,
+            &mut frames,
+        );
+        interner.intern(running(12), &[], &[0x1030], &mut stacks, &mut frames);
+        interner.wake_symbolizer();
+        let sent: Vec<FrameRow> = rx.try_iter().map(|frame| *frame).collect();
+        let held: Vec<_> = sent.iter().map(|f| f.held.clone()).collect();
+        assert_eq!(sent.len(), 3);
+        let (first, second) = (held[0].as_ref().unwrap(), held[1].as_ref().unwrap());
+        assert!(first == second, "one open for the file");
+        assert!(held[2].is_none(), "the host's process: its path stays");
+        // A frame of it first met after it exited (its samples drained
+        // late): its file was opened when its map was read.
+        std::fs::remove_dir_all(proc_root.path().join("11/root")).unwrap();
+        interner.intern(running(11), &[], &[0x2800], &mut stacks, &mut frames);
+        let late = *rx.try_recv().unwrap();
+        assert!(late.held.as_ref() == Some(first), "{late:?}");
+        drop(late);
+        let count = |interner: &StackInterner| {
+            interner
+                .held_modules
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        assert_eq!(count(&interner), 1);
+        drop((sent, held));
+        interner.let_go_of_held_files(Instant::now() + HOLD_AFTER_LAST_SEEN / 2);
+        assert_eq!(count(&interner), 1, "its process was met lately");
+        interner.let_go_of_held_files(Instant::now() + HOLD_AFTER_LAST_SEEN);
+        assert_eq!(count(&interner), 0);
     }
 
     /// A process's first frame in anonymous executable memory (JIT code)

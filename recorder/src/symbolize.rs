@@ -20,7 +20,7 @@ use std::{
     os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         mpsc::{sync_channel, Receiver, Sender, SyncSender, TryRecvError, TrySendError},
         Arc, OnceLock,
     },
@@ -168,6 +168,8 @@ struct ModuleFacts {
     aliases: std::collections::HashMap<u64, Box<str>>,
     /// Times it was opened while named from its DWARF.
     dwarf_opens: u32,
+    /// The build id of the file these facts were read from, when it has one.
+    build_id: Option<String>,
 }
 
 /// Fills in what blazesym knows about `offset` in the ELF file `path`, and
@@ -657,6 +659,73 @@ impl PartialEq for JitTmp {
     }
 }
 
+/// Module files held open at once for frames waiting to be named
+/// ([`HeldModule`]): a few per container program sampled in the seconds
+/// the symbolizer may be behind. Past it a frame goes with its path only.
+pub const MAX_HELD_MODULES: usize = 256;
+
+/// A module file whose path goes with its process, opened by the ring
+/// thread while the process runs and handed to the symbolizer with the
+/// process's frames in it: a container's file, read through
+/// `/proc/<pid>/root`, or a deleted one, through `/proc/<pid>/map_files`.
+/// The symbolizer may be seconds behind (a large binary's debug info to
+/// parse); once the process has exited neither path opens, and the frames
+/// of a short container job were left unnamed. Read as
+/// `/proc/self/fd/<n>`, which is this file for as long as it is held.
+/// Only for a file with a build id: another file may be given the same
+/// number later, and the build id is what tells them apart.
+#[derive(Clone, Debug)]
+pub struct HeldModule(Arc<HeldFile>);
+
+#[derive(Debug)]
+struct HeldFile {
+    file: std::fs::File,
+    held: Arc<AtomicUsize>,
+}
+
+impl Drop for HeldFile {
+    fn drop(&mut self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl HeldModule {
+    /// The regular file at `path`, unless `held` already counts
+    /// [`MAX_HELD_MODULES`] (it counts this one until its last clone goes).
+    /// Not blocking on a FIFO a container put there, nor following a
+    /// link it put in place of the file since.
+    pub fn open(path: &str, held: &Arc<AtomicUsize>) -> Option<HeldModule> {
+        if held.load(Ordering::Relaxed) >= MAX_HELD_MODULES {
+            return None;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(path)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
+        held.fetch_add(1, Ordering::Relaxed);
+        Some(HeldModule(Arc::new(HeldFile {
+            file,
+            held: Arc::clone(held),
+        })))
+    }
+
+    /// The path that reads the held file.
+    fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("{HELD_PATH_PREFIX}{}", self.0.file.as_raw_fd())
+    }
+}
+
+impl PartialEq for HeldModule {
+    fn eq(&self, other: &HeldModule) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+const HELD_PATH_PREFIX: &str = "/proc/self/fd/";
+
 /// What is known of one JIT process's perf map.
 #[derive(Debug)]
 struct JitProcess {
@@ -907,7 +976,9 @@ impl Modules {
                 open.clone()
             }
             _ => {
-                if let Some(id) = build_id {
+                // A held file's number may be another file's once it is
+                // let go of: frames of other paths are not named through it.
+                if let Some(id) = build_id.filter(|_| !path.starts_with(HELD_PATH_PREFIX)) {
                     if self.by_build_id.len() >= MAX_REMEMBERED_MODULES {
                         self.by_build_id.clear();
                     }
@@ -950,7 +1021,13 @@ impl Modules {
                 }
             }
         }
-        if !self.namings.contains_key(path) {
+        // Facts of another build at the path (a held file's number given
+        // to another file, or a file replaced) are read again.
+        if self
+            .namings
+            .get(path)
+            .is_none_or(|facts| build_id.is_some() && facts.build_id.as_deref() != build_id)
+        {
             if self.namings.len() >= MAX_REMEMBERED_MODULES || self.alias_names > MAX_ALIAS_NAMES {
                 self.namings.clear();
                 self.alias_names = 0;
@@ -975,6 +1052,7 @@ impl Modules {
             self.namings.insert(
                 path.to_string(),
                 ModuleFacts {
+                    build_id: build_id.map(str::to_owned),
                     dwarf_opens: u32::from(naming == Naming::Dwarf),
                     naming,
                     segments,
@@ -1061,17 +1139,20 @@ fn new_symbolizer() -> Symbolizer {
 /// same path here is read instead when its build id (`host_id`) is the one
 /// recorded: the same binary, one path for every process that runs it, and
 /// there after they are gone. A container's own file, another binary, is
-/// read through its root.
+/// read through its root, or, once that is gone with the process, through
+/// the file the ring thread held open for it ([`HeldModule`]).
 fn module_file(
     open_path: Option<&str>,
     module: &str,
     build_id: Option<&str>,
+    held: Option<&HeldModule>,
     host_id: impl FnOnce(&str) -> Option<String>,
 ) -> String {
     match open_path {
-        Some(open) if build_id.is_none() || host_id(module).as_deref() != build_id => {
-            open.to_owned()
-        }
+        Some(open) if build_id.is_none() || host_id(module).as_deref() != build_id => match held {
+            Some(held) if !Path::new(open).exists() => held.path(),
+            _ => open.to_owned(),
+        },
         _ => module.to_owned(),
     }
 }
@@ -1143,6 +1224,7 @@ fn run(
                 row.open_path.as_deref(),
                 &module,
                 build_id.as_deref(),
+                row.held.as_ref(),
                 |path| modules.file_ids.get(path.to_owned(), Path::new(path)),
             );
             modules.name(&file, build_id.as_deref(), offset, &mut row);
@@ -1694,6 +1776,60 @@ pub(crate) mod tests {
         assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
     }
 
+    /// A container's process that exited before the symbolizer reached
+    /// its frames: its root is gone, and the file the ring thread held
+    /// open for them names them; without it they are left unnamed.
+    #[test]
+    fn a_containers_file_held_open_names_its_frames_after_its_process_is_gone() {
+        let address = a_containers_file_held_open_names_its_frames_after_its_process_is_gone
+            as *const () as u64;
+        let offset = own_frame(address).file_offset.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("root/app");
+        std::fs::create_dir_all(app.parent().unwrap()).unwrap();
+        std::fs::copy(std::env::current_exe().unwrap(), &app).unwrap();
+        let id = crate::stacks::read_build_id(&app);
+        let open_path = app.to_str().unwrap().to_owned();
+        let count = Arc::default();
+        let held = HeldModule::open(&open_path, &count).unwrap();
+        std::fs::remove_dir_all(dir.path().join("root")).unwrap();
+        let host_id = |path: &str| crate::stacks::read_build_id(Path::new(path));
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        let name = |modules: &mut Modules, held: Option<&HeldModule>| {
+            let file = module_file(Some(&open_path), "/app", id.as_deref(), held, host_id);
+            let mut row = own_frame(address);
+            modules.name(&file, id.as_deref(), offset, &mut row);
+            (row.function, row.file_missing)
+        };
+        let (function, missing) = name(&mut modules, Some(&held));
+        assert!(
+            !missing
+                && function
+                    .as_deref()
+                    .is_some_and(|f| f.contains("held_open_names_its_frames")),
+            "{function:?}"
+        );
+        assert_eq!(name(&mut modules, None), (None, true));
+    }
+
+    /// At most [`MAX_HELD_MODULES`] files are held at once; one let go of
+    /// makes room for the next.
+    #[test]
+    fn held_module_files_are_bounded() {
+        let count = Arc::new(AtomicUsize::new(MAX_HELD_MODULES - 1));
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let last = HeldModule::open(exe, &count).expect("room for one");
+        assert!(HeldModule::open(exe, &count).is_none());
+        drop(last);
+        assert!(HeldModule::open(exe, &count).is_some());
+        assert_eq!(count.load(Ordering::Relaxed), MAX_HELD_MODULES - 1);
+        assert!(
+            HeldModule::open("/proc/self", &count).is_none(),
+            "not a file"
+        );
+    }
+
     #[test]
     fn a_containers_module_is_read_here_only_when_its_build_id_matches() {
         let exe = std::env::current_exe().unwrap();
@@ -1706,20 +1842,20 @@ pub(crate) mod tests {
         let host_id = |path: &str| crate::stacks::read_build_id(Path::new(path));
         let through_root = format!("/proc/4194304000/root{exe}");
         // Not a container's: its path.
-        assert_eq!(module_file(None, exe, id.as_deref(), host_id), exe);
+        assert_eq!(module_file(None, exe, id.as_deref(), None, host_id), exe);
         // The same binary as here, by build id: the file here.
         assert_eq!(
-            module_file(Some(&through_root), exe, id.as_deref(), host_id),
+            module_file(Some(&through_root), exe, id.as_deref(), None, host_id),
             exe
         );
         // Another binary at the same path, or one whose build id is not
         // known: through the container's root.
         assert_eq!(
-            module_file(Some(&through_root), exe, Some("00"), host_id),
+            module_file(Some(&through_root), exe, Some("00"), None, host_id),
             through_root
         );
         assert_eq!(
-            module_file(Some(&through_root), exe, None, host_id),
+            module_file(Some(&through_root), exe, None, None, host_id),
             through_root
         );
     }

@@ -1,7 +1,7 @@
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
     thread,
     time::Duration,
 };
@@ -386,24 +386,15 @@ fn a_stripped_programs_frames_are_named_at_read_time_from_a_debug_dir() {
     assert!(sql(&rec, &query).is_empty(), "nothing named on disk");
 }
 
-/// A process in its own mount namespace (as in a container) runs a binary
-/// where the host has another file at the same path: its frames are named
-/// from its own file, read through `/proc/<pid>/root`, and carry its build
-/// id, not the host file's.
-#[test]
-fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
-    let _machine = shared();
-    let scratch = Scratch::new();
-    let exe = build_workload(scratch.dir.path());
-    // The host's file at the path the process runs: another program.
-    let path = scratch.dir.path().join("prog");
-    std::fs::copy("/usr/bin/true", &path).unwrap();
-    let rec = scratch.rec();
-    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", "499"]);
+/// Runs the frame-pointer workload `exe` for `burn_ms` of CPU as a process
+/// in its own mount namespace (as in a container), at `path`, where the
+/// host has another file: `/usr/bin/true`. Returns its own account.
+fn run_in_own_mount_namespace(exe: &Path, path: &Path, burn_ms: u32) -> serde_json::Value {
+    std::fs::copy("/usr/bin/true", path).unwrap();
     let out = run(Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(format!(
-            "mount --bind '{}' '{}' && exec '{}' --burn-ms 1500 --naps 1 --nap-ms 10",
+            "mount --bind '{}' '{}' && exec '{}' --burn-ms {burn_ms} --naps 1 --nap-ms 10",
             exe.display(),
             path.display(),
             path.display()
@@ -413,21 +404,41 @@ fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let truth: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    recorder.stop();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
-    let pid = truth["pid"].to_string();
-    let on_cpu = folded(&rec, &["--on-cpu", "--pid", &pid]);
-    let burning: i64 = on_cpu
-        .iter()
-        .filter(|(s, _)| s.split(';').any(|f| is_function(f, "burn_three_parts")))
-        .map(|(_, w)| w)
-        .sum();
+/// Checks that most of `pid`'s on-CPU samples, at least `least`, are in
+/// frames named `burn_three_parts` (a quarter are in `burn_one_part`).
+/// `context` ends the message of a failure.
+fn assert_burning_named(rec: &Path, pid: &str, least: i64, context: &str) {
+    let on_cpu = folded(rec, &["--on-cpu", "--pid", pid]);
+    let burning = weight_of(&on_cpu, "burn_three_parts");
     let total: i64 = on_cpu.iter().map(|(_, w)| w).sum();
+    // The heaviest stacks only: the whole list cut the count off CI's log.
+    let mut heaviest = on_cpu;
+    heaviest.sort_by_key(|(_, w)| -w);
+    heaviest.truncate(5);
     assert!(
-        total > 100 && burning * 2 > total,
-        "{burning} of {total} samples named burn_three_parts: {on_cpu:?}"
+        total >= least && burning * 2 > total,
+        "{burning} of {total} samples named burn_three_parts; heaviest stacks: {heaviest:?}; {context}"
     );
+}
+
+/// A process in its own mount namespace (as in a container) runs a binary
+/// where the host has another file at the same path: its frames are named
+/// from its own file, read through `/proc/<pid>/root`, and carry its build
+/// id, not the host file's.
+#[test]
+fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
+    let _machine = shared();
+    let scratch = Scratch::new();
+    let exe = build_workload(scratch.dir.path());
+    let path = scratch.dir.path().join("prog");
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", "499"]);
+    let truth = run_in_own_mount_namespace(&exe, &path, 1500);
+    recorder.stop();
+    assert_burning_named(&rec, &truth["pid"].to_string(), 100, "");
     let build_id = |file: &Path| {
         let out = run(Command::new("readelf").arg("-n").arg(file));
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -452,6 +463,42 @@ fn a_binary_in_another_mount_namespace_is_named_from_its_own_file() {
         "the host file's build id is {}",
         build_id(&path)
     );
+}
+
+/// A short container job that exits while the symbolizer is still busy
+/// with another program's debug info (here the debug analyzer's, 300 MB):
+/// by the time its frames are named its root is gone with it, and they
+/// are named from its file, held open since its samples were drained.
+/// Read only through the root, 0 of 64, 64 and 67 samples were named
+/// A loaded CI machine failed the test above once, its message cut off:
+/// most likely this.
+#[test]
+fn a_container_job_that_exits_before_the_symbolizer_reaches_it_is_named() {
+    // Alone: the other tests' recorders, system-wide too, would have the
+    // same large binary to name, and their JIT frames wait behind it.
+    let _machine = quiet();
+    let scratch = Scratch::new();
+    let exe = build_workload_as(scratch.dir.path(), "exits-before-naming");
+    let path = scratch.dir.path().join("prog");
+    let rec = scratch.rec();
+    let recorder = Recorder::start(&rec, &["--events", "cpu", "--frequency", "499"]);
+    // Samples of a large debug binary: the symbolizer reads its symbols.
+    let mut busy = Command::new(bin("hindsight"))
+        .arg("sql")
+        .arg(&rec)
+        .arg("SELECT count(*) FROM cpu_sample")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let truth = run_in_own_mount_namespace(&exe, &path, 100);
+    let _ = busy.wait();
+    let stopping = std::time::Instant::now();
+    recorder.stop();
+    let stop = format!("the stop took {:?}", stopping.elapsed());
+    eprintln!("a container job of 100 ms beside the debug analyzer's start: {stop}");
+    assert_burning_named(&rec, &truth["pid"].to_string(), 25, &stop);
 }
 
 /// Runs `runs` short processes of the frame-pointer workload, each as
