@@ -499,7 +499,10 @@ impl LossCounters {
 /// Readers of /proc and /sys that run on a timer, and the recorder's own
 /// counters, which ride along with the system counters.
 struct Periodic {
-    counters: Option<(CounterReader, Duration, Instant)>,
+    /// Every `--interval`: the system counters when the `counters` group is
+    /// recorded, and the recorder's own whatever the groups (its cost,
+    /// losses and frames it left unnamed belong in every recording).
+    counters: (Option<CounterReader>, Duration, Instant),
     tasks: Option<(TaskReader, Duration, Instant)>,
     /// Drains the kernel's per-process page-cache totals (`cache` group).
     page_cache: Option<(Duration, Instant)>,
@@ -509,8 +512,11 @@ impl Periodic {
     fn new(config: &Config, procfs: &Procfs, start: Instant) -> Self {
         let wants = |group: &str| config.events.iter().any(|e| e == group);
         Periodic {
-            counters: wants("counters")
-                .then(|| (CounterReader::new(procfs), config.interval, start)),
+            counters: (
+                wants("counters").then(|| CounterReader::new(procfs)),
+                config.interval,
+                start,
+            ),
             tasks: wants("tasks").then(|| {
                 let reader = TaskReader::new(procfs, clock_ticks_per_second(), page_size());
                 (reader, config.task_interval, start)
@@ -521,7 +527,7 @@ impl Periodic {
 
     /// The earliest moment a reader is due.
     fn next_due(&self) -> Option<Instant> {
-        let counters = self.counters.as_ref().map(|(_, _, next)| *next);
+        let counters = Some(self.counters.2);
         let tasks = self.tasks.as_ref().map(|(_, _, next)| *next);
         let page_cache = self.page_cache.as_ref().map(|(_, next)| *next);
         [counters, tasks, page_cache].into_iter().flatten().min()
@@ -550,14 +556,15 @@ impl Periodic {
                 c.flush_if_full("page_cache")?;
             }
         }
-        if let Some((reader, every, next)) = &mut self.counters {
-            if force || now >= *next {
-                push_late(c, ts, "counter", *next, *every, late_until);
-                *next = next_tick(*next, *every, now);
+        let (reader, every, next) = &mut self.counters;
+        if force || now >= *next {
+            push_late(c, ts, "counter", *next, *every, late_until);
+            *next = next_tick(*next, *every, now);
+            if let Some(reader) = reader {
                 reader.read_round(ts, &mut c.rows.counter);
-                push_self_counters(ts, c, lost_total);
-                c.flush_if_full("counter")?;
             }
+            push_self_counters(ts, c, lost_total);
+            c.flush_if_full("counter")?;
         }
         if let Some((reader, every, next)) = &mut self.tasks {
             if force || now >= *next {

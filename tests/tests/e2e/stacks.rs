@@ -496,7 +496,21 @@ fn a_container_job_that_exits_before_the_symbolizer_reaches_it_is_named() {
     let _ = busy.wait();
     let stopping = std::time::Instant::now();
     recorder.stop();
-    let stop = format!("the stop took {:?}", stopping.elapsed());
+    // What the recorder could not name is in the recording, though it
+    // recorded samples alone (`--events cpu`, no system counters).
+    let own = sql(
+        &rec,
+        "SELECT CAST(name AS VARCHAR) AS name, max(value) AS n FROM counter
+         WHERE source = 'recorder' AND name IN ('frames_unnamed_at_stop', 'modules_opened')
+         GROUP BY name ORDER BY name",
+    );
+    assert_eq!(own.len(), 2, "the recorder's own counters: {own:?}");
+    assert!(own[1]["n"].as_i64() > Some(0), "{own:?}");
+    let stop = format!(
+        "the stop took {:?}, frames left unnamed at it: {}",
+        stopping.elapsed(),
+        own[0]["n"]
+    );
     eprintln!("a container job of 100 ms beside the debug analyzer's start: {stop}");
     assert_burning_named(&rec, &truth["pid"].to_string(), 25, &stop);
 }
