@@ -963,6 +963,15 @@ impl Modules {
         }
     }
 
+    /// Forgets how `path`'s frames are named, and its aliases with it: the
+    /// facts of another build read there again must not count them twice
+    /// toward [`MAX_ALIAS_NAMES`].
+    fn forget_naming(&mut self, path: &str) {
+        if let Some(facts) = self.namings.remove(path) {
+            self.alias_names = self.alias_names.saturating_sub(facts.aliases.len());
+        }
+    }
+
     /// Names the frame at `offset` in the ELF file `path`, whose build id
     /// is `build_id` when it has one; marks it [`FrameRow::file_missing`]
     /// when no file of that build is there.
@@ -1000,7 +1009,7 @@ impl Modules {
                 }
                 if matches!(opened_as, Some(Some(_))) {
                     self.release();
-                    self.namings.remove(path);
+                    self.forget_naming(path);
                 }
             }
         }
@@ -1048,6 +1057,7 @@ impl Modules {
             let aliases = naming_symbols
                 .map(|table| table.preferred_aliases(MAX_ALIAS_NAMES))
                 .unwrap_or_default();
+            self.forget_naming(path);
             self.alias_names += aliases.len();
             self.namings.insert(
                 path.to_string(),
@@ -1767,6 +1777,9 @@ pub(crate) mod tests {
             "named from the file now there"
         );
         assert_eq!(modules.opened.load(Ordering::Relaxed), 2);
+        // The first build's aliases no longer count toward the bound.
+        let counted: usize = modules.namings.values().map(|f| f.aliases.len()).sum();
+        assert_eq!(modules.alias_names, counted);
         // A frame of a process that still runs the old file: the file at
         // the path is not its build, and names nothing of it.
         let mut old = own_frame(address);
