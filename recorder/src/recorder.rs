@@ -1228,7 +1228,7 @@ pub fn record(config: &Config) -> anyhow::Result<Summary> {
                 let (polled, woke) = ring.wait_and_drain(timeout);
                 busy_since = Some(woke);
                 if let Some(stacks) = &mut collector.borrow_mut().stacks {
-                    stacks.wake_symbolizer();
+                    stacks.drain_ended(Instant::now());
                 }
                 backlog = polled >= DRAIN_BUDGET as i32;
                 polled

@@ -53,6 +53,17 @@ const MAX_PROCESSES: usize = 1024;
 /// than the samples of a process that exited wait in the ring, or its
 /// frames in the symbolizer's queue, on a loaded host.
 const HOLD_AFTER_LAST_SEEN: Duration = Duration::from_secs(10);
+
+/// At the end of a drain, the symbolizer is woken for the frames queued
+/// since its last wake once this many wait, or once the first of them has
+/// waited [`WAKE_SYMBOLIZER_AFTER`]; else its own timer finds them within a
+/// second. Woken after every drain that found a new frame, it was woken
+/// about a hundred times a second during a parallel build, and the wakes
+/// (the ring thread's `futex_wake`, the symbolizer's switches in and out)
+/// were about a tenth of the recorder's CPU (BENCHMARKS.md, "The
+/// symbolizer woken in batches").
+const WAKE_SYMBOLIZER_FRAMES: usize = 512;
+const WAKE_SYMBOLIZER_AFTER: Duration = Duration::from_millis(250);
 /// Files whose build id is kept.
 const MAX_BUILD_IDS: usize = 4096;
 /// How long a build id read from a file is taken for the same path and
@@ -462,8 +473,9 @@ pub struct StackInterner {
     /// are let go of, so this is at least what they hold.
     known_frames: usize,
     symbolizer: FrameRequests,
-    /// Frames queued since the symbolizer was last woken.
-    queued: bool,
+    /// Frames queued since the symbolizer was last woken: how many, and
+    /// when the first was.
+    queued: Option<(usize, Instant)>,
     /// Frames written unnamed because the symbolizer's queue was full.
     pub unnamed: u64,
     frame_ids: Vec<i64>,
@@ -499,7 +511,7 @@ impl StackInterner {
             missing_files: ahash::AHashMap::new(),
             known_frames: 0,
             symbolizer: symbolizer.into(),
-            queued: false,
+            queued: None,
             unnamed: 0,
             frame_ids: Vec::new(),
             unwinders: Unwinders::default(),
@@ -513,11 +525,24 @@ impl StackInterner {
         }
     }
 
-    /// Wakes the symbolizer for the frames queued since it was last woken:
-    /// once a drain, not once a frame ([`FrameRequests`]).
+    /// The end of a drain, at `now`: lets go of the files held longest
+    /// and wakes the symbolizer once enough frames wait for it, or the
+    /// first has waited long enough ([`WAKE_SYMBOLIZER_FRAMES`]), not once
+    /// a frame ([`FrameRequests`]).
+    pub fn drain_ended(&mut self, now: Instant) {
+        self.let_go_of_held_files(now);
+        let due = self.queued.is_some_and(|(count, first)| {
+            count >= WAKE_SYMBOLIZER_FRAMES
+                || now.saturating_duration_since(first) >= WAKE_SYMBOLIZER_AFTER
+        });
+        if due {
+            self.wake_symbolizer();
+        }
+    }
+
+    /// Wakes the symbolizer for every frame queued since it was last woken.
     pub fn wake_symbolizer(&mut self) {
-        self.let_go_of_held_files(Instant::now());
-        if std::mem::take(&mut self.queued) {
+        if self.queued.take().is_some() {
             self.symbolizer.wake();
         }
     }
@@ -757,7 +782,8 @@ impl StackInterner {
     fn send(&mut self, row: FrameRow, frames: &mut FrameRows) -> bool {
         match self.symbolizer.try_send(row) {
             None => {
-                self.queued = true;
+                let (count, _) = self.queued.get_or_insert_with(|| (0, Instant::now()));
+                *count += 1;
                 true
             }
             Some(row) => {
@@ -1559,33 +1585,52 @@ mod tests {
         (root, interner)
     }
 
-    /// New frames wake the symbolizer when the drain that found them ends,
-    /// not one by one; a drain with no new frame wakes nothing.
+    /// New frames wake the symbolizer at the end of a drain, not one by
+    /// one: once the first has waited [`WAKE_SYMBOLIZER_AFTER`], or
+    /// [`WAKE_SYMBOLIZER_FRAMES`] wait; a drain with nothing new wakes nothing.
     #[test]
-    fn queued_frames_wake_the_symbolizer_once_a_drain() {
-        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    fn queued_frames_wake_the_symbolizer_in_batches() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(2 * WAKE_SYMBOLIZER_FRAMES);
         // This thread stands for the symbolizer.
         let (_root, mut interner) =
             one_process_interner(FrameRequests::waking(tx, std::thread::current()));
         let (mut stacks, mut frames) = (StackRows::new(), FrameRows::new());
-        let mut sample = |interner: &mut StackInterner| {
+        let mut sample = |interner: &mut StackInterner, user: &[u64]| {
             let running = Running {
                 pid: 7,
                 program: Program::default(),
             };
-            let (kernel, user) = ([0xffff_1000], [0x1010, 0x2020]);
-            interner.intern(running, &kernel, &user, &mut stacks, &mut frames);
+            interner.intern(running, &[0xffff_1000], user, &mut stacks, &mut frames);
         };
-        sample(&mut interner);
+        sample(&mut interner, &[0x1010, 0x2020]);
+        let start = Instant::now();
         assert_eq!(rx.try_iter().count(), 3, "every new frame queued");
         assert!(!was_woken(), "queued frames wake no one by themselves");
-        // The drain ends.
-        interner.wake_symbolizer();
-        assert!(was_woken());
-        // Nothing new since: no wake.
-        sample(&mut interner);
-        interner.wake_symbolizer();
+        // A drain ends before they have waited long enough.
+        interner.drain_ended(start);
         assert!(!was_woken());
+        interner.drain_ended(start + WAKE_SYMBOLIZER_AFTER);
+        assert!(was_woken());
+        // Nothing new since: no wake, however long after.
+        sample(&mut interner, &[0x1010, 0x2020]);
+        interner.drain_ended(start + 10 * WAKE_SYMBOLIZER_AFTER);
+        assert!(!was_woken());
+        // Enough new frames wake it at once.
+        let many: Vec<u64> = (0..WAKE_SYMBOLIZER_FRAMES as u64)
+            .map(|i| 0x1100 + 4 * i)
+            .collect();
+        let (first_half, second_half) = many.split_at(WAKE_SYMBOLIZER_FRAMES / 2);
+        for stack in first_half.chunks(32) {
+            sample(&mut interner, stack);
+        }
+        interner.drain_ended(Instant::now());
+        assert!(!was_woken());
+        for stack in second_half.chunks(32) {
+            sample(&mut interner, stack);
+        }
+        interner.drain_ended(Instant::now());
+        assert!(was_woken());
+        assert_eq!(rx.try_iter().count(), WAKE_SYMBOLIZER_FRAMES);
     }
 
     #[test]
