@@ -68,7 +68,9 @@
 #   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit,build)
 #   bench/stacks.sh --parts build -r 3 -b 4   # part 5, four builds a run
 # Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -b/--builds N,
-# -k/--keep, --no-build.
+# -k/--keep, --no-build. RECORDER=PATH records with another build (with
+# --no-build). Recordings are read with target/release/hindsight, or
+# ANALYZER=PATH (target/debug/hindsight does, slower).
 # Progress and one raw line per run go to stderr; the summary (Markdown) to stdout.
 set -euo pipefail
 
@@ -108,8 +110,11 @@ if ((BUILD)); then
 fi
 tmp=$(mktemp -d /tmp/hindsight-stacks.XXXXXX)
 # A private copy, so that a rebuild in the shared tree cannot swap it mid-run.
-cp "$root/target/release/hindsight-record" "$tmp/" || die "missing target/release/hindsight-record"
+cp "${RECORDER:-$root/target/release/hindsight-record}" "$tmp/hindsight-record" ||
+    die "missing ${RECORDER:-target/release/hindsight-record}"
 recorder=$tmp/hindsight-record
+# What reads the recordings: ANALYZER=target/debug/hindsight does too, slower.
+analyzer=${ANALYZER:-$root/target/release/hindsight}
 results=$tmp/results.tsv
 tool_pid=
 burners=()
@@ -316,15 +321,15 @@ run_procs() { # ROUND CONFIG WORKLOAD COMMS
     hs-*)
         events=$(grep -o 'cpu_sample [0-9]*' "$out.err" | awk '{ print $2 }')
         bytes=$(cat "$out"/{cpu_sample,stack,frame}/*.parquet | wc -c)
-        if [[ -x $root/target/release/hindsight ]]; then
-            named=$("$root/target/release/hindsight" sql "$out" -f csv \
+        if [[ -x $analyzer ]]; then
+            named=$("$analyzer" sql "$out" -f csv \
                 "SELECT round(100.0 * count(f.function) / count(*), 2) FROM cpu_sample s
                    JOIN stack k ON k.stack_id = s.stack_id JOIN frame f ON f.frame_id = k.frame_id
                  WHERE CAST(f.kind AS VARCHAR) = 'user' AND f.module IS NOT NULL
                    AND CAST(s.comm AS VARCHAR) IN ($(sql_list "$comms"))" | tail -1)
-            opened=$("$root/target/release/hindsight" sql "$out" -f csv \
+            opened=$("$analyzer" sql "$out" -f csv \
                 "SELECT max(value) FROM counter WHERE source = 'recorder' AND name = 'modules_opened'" | tail -1)
-            busy=$("$root/target/release/hindsight" sql "$out" -f csv \
+            busy=$("$analyzer" sql "$out" -f csv \
                 "SELECT round(max(value) / 1000.0, 1) FROM counter WHERE source = 'recorder' AND name = 'longest_busy_us'" | tail -1)
         fi
         ;;
@@ -382,7 +387,7 @@ run_jit() {
     stop_tool
     case $config in
     hs-*)
-        "$root/target/release/hindsight" flamegraph "$out" --on-cpu --pid "$jvm_pid" >"$out.folded"
+        "$analyzer" flamegraph "$out" --on-cpu --pid "$jvm_pid" >"$out.folded"
         alpha=$(awk '{ w = $NF; sub(/ [0-9]+$/, ""); n = split($0, f, ";"); if (f[n] ~ /HbHot\.hbHotAlpha\(/) s += w } END { print s + 0 }' "$out.folded")
         beta=$(awk '{ w = $NF; sub(/ [0-9]+$/, ""); n = split($0, f, ";"); if (f[n] ~ /HbHot\.hbHotBeta\(/) s += w } END { print s + 0 }' "$out.folded")
         ;;
@@ -407,7 +412,7 @@ printf '#round\tconfig\talpha\tbeta\tmain_thread_cpu_ns\n' >"$jit_results"
 CHURN_COMMS='sha256sum|gzip|sort|awk|python3'
 run_churn_both() {
     local r=$1 out=$tmp/both-churn-$1 hs_pid perf_pid
-    [[ -x $root/target/release/hindsight ]] || return 0
+    [[ -x $analyzer ]] || return 0
     "$recorder" --output "$out" --events cpu,counters 2>"$out.err" &
     hs_pid=$!
     wait_for_line "$out.err" '^hindsight-record: recording ' "$hs_pid"
@@ -426,7 +431,7 @@ run_churn_both() {
             count[parts[n] ":" sym]++
         }
         END { for (k in count) print k "\t" count[k] }' | sort >"$out.perf.tsv"
-    "$root/target/release/hindsight" sql "$out" -f csv \
+    "$analyzer" sql "$out" -f csv \
         "SELECT regexp_replace(f.module, '.*/', '') || ':' || f.function AS f, count(*) AS n
          FROM cpu_sample s JOIN stack k ON k.stack_id = s.stack_id
          JOIN (SELECT frame_id, max(CAST(module AS VARCHAR)) AS module, max(function) AS function,
@@ -460,12 +465,12 @@ if part churn; then
     seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
 fi
 if part churn || part build; then
-    [[ -x $root/target/release/hindsight ]] || echo "no target/release/hindsight: named % and modules opened are not read" >&2
+    [[ -x $analyzer ]] || echo "no $analyzer: named % and modules opened are not read" >&2
 fi
 if part build; then build_makefile; fi
 if part jit; then
     command -v javac >/dev/null || apt-get install -y default-jdk-headless
-    [[ -x $root/target/release/hindsight ]] || die "part jit reads hindsight's recordings with target/release/hindsight: build it"
+    [[ -x $analyzer ]] || die "part jit reads hindsight's recordings with $analyzer: build it"
     javac -d "$tmp/classes" "$root/tests/workloads/HbHot.java"
 fi
 
@@ -502,6 +507,7 @@ median() { # column N of config C
         awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 tree=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n ${RECORDER:-} ]] && tree="$tree (recorder: $RECORDER)"
 echo
 echo "Kernel $(uname -r), $(nproc) CPUs, perf $(perf version | awk '{ print $3 }'), hindsight at $tree; $ROUNDS interleaved rounds, medians; load average $load_start at the start, $(cut -d ' ' -f 1-3 /proc/loadavg) at the end."
 if part sampling; then
