@@ -58,10 +58,9 @@ const HOLD_AFTER_LAST_SEEN: Duration = Duration::from_secs(10);
 /// since its last wake once this many wait, or once the first of them has
 /// waited [`WAKE_SYMBOLIZER_AFTER`]; else its own timer finds them within a
 /// second. Woken after every drain that found a new frame, it was woken
-/// about a hundred times a second during a parallel build, and the wakes
-/// (the ring thread's `futex_wake`, the symbolizer's switches in and out)
-/// were about a tenth of the recorder's CPU (BENCHMARKS.md, "The
-/// symbolizer woken in batches").
+/// 30 times a second during a parallel build and took the CPU from the
+/// ring thread 20 times a second; the wakes and switches were a sixth of
+/// the recorder's CPU (BENCHMARKS.md, "The symbolizer woken in batches").
 const WAKE_SYMBOLIZER_FRAMES: usize = 512;
 const WAKE_SYMBOLIZER_AFTER: Duration = Duration::from_millis(250);
 /// Files whose build id is kept.

@@ -288,8 +288,9 @@ impl DemangledNames {
 /// Frames queued for the symbolizer thread, which they do not wake:
 /// [`FrameRequests::wake`] does, at the end of a drain once enough frames
 /// wait or the first has waited long enough
-/// ([`crate::stacks::StackInterner::drain_ended`]). Woken by every frame, the symbolizer took the CPU from the
-/// ring thread mid-drain once per frame: during a parallel build (49 Hz,
+/// ([`crate::stacks::StackInterner::drain_ended`]). Woken by every frame,
+/// the symbolizer took the CPU from the ring thread mid-drain once per
+/// frame: during a parallel build (49 Hz,
 /// 2 CPUs busy) it blocked 4,049 times in 18 s against the ring thread's
 /// 517 waits, and the ring thread was preempted 3,746 times
 /// (BENCHMARKS.md, "A parallel build").
