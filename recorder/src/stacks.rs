@@ -63,6 +63,7 @@ const HOLD_AFTER_LAST_SEEN: Duration = Duration::from_secs(10);
 /// the recorder's CPU (BENCHMARKS.md, "The symbolizer woken in batches").
 const WAKE_SYMBOLIZER_FRAMES: usize = 512;
 const WAKE_SYMBOLIZER_AFTER: Duration = Duration::from_millis(250);
+
 /// Files whose build id is kept.
 const MAX_BUILD_IDS: usize = 4096;
 /// How long a build id read from a file is taken for the same path and
@@ -1619,15 +1620,18 @@ mod tests {
             .map(|i| 0x1100 + 4 * i)
             .collect();
         let (first_half, second_half) = many.split_at(WAKE_SYMBOLIZER_FRAMES / 2);
+        // Drains that end as the first of them is queued: a stall of the
+        // test's thread must not make them wait long enough.
+        let queued_at = Instant::now();
         for stack in first_half.chunks(32) {
             sample(&mut interner, stack);
         }
-        interner.drain_ended(Instant::now());
+        interner.drain_ended(queued_at);
         assert!(!was_woken());
         for stack in second_half.chunks(32) {
             sample(&mut interner, stack);
         }
-        interner.drain_ended(Instant::now());
+        interner.drain_ended(queued_at);
         assert!(was_woken());
         assert_eq!(rx.try_iter().count(), WAKE_SYMBOLIZER_FRAMES);
     }
