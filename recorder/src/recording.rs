@@ -2,7 +2,7 @@
 //! keeping `recording.json` current (always replaced atomically).
 
 use std::{
-    io::{Read, Write},
+    io::{Read, Seek, Write},
     os::fd::AsRawFd,
     path::{Path, PathBuf},
 };
@@ -52,6 +52,19 @@ pub struct Recording {
 /// die with their process, so a recorder killed with `kill -9` leaves a
 /// file that the next one simply takes over.
 pub fn lock(dir: &PrivateDir) -> anyhow::Result<std::fs::File> {
+    lock_within(dir, OWN_LOCK_PATIENCE)
+}
+
+/// How long a lock that names our own pid is waited for. A `flock` belongs
+/// to the open file description, and a child forked by any thread of this
+/// process shares ours until it execs (close-on-exec closes it only then),
+/// so a lock this process just released can stay held for that moment.
+const OWN_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn lock_within(
+    dir: &PrivateDir,
+    own_patience: std::time::Duration,
+) -> anyhow::Result<std::fs::File> {
     let path = dir.shown(layout::LOCK_FILE);
     // A lock that is not a regular file (a planted link) locks nothing
     // anyone could hold: it is replaced, never opened through.
@@ -62,26 +75,32 @@ pub fn lock(dir: &PrivateDir) -> anyhow::Result<std::fs::File> {
         opened => opened,
     }
     .with_context(|| format!("opening {}", path.display()))?;
+    let started = std::time::Instant::now();
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let error = std::io::Error::last_os_error();
-        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            return Err(OutputRefused::Locked {
-                path: dir.path().into(),
-                pid: if pid.is_empty() {
-                    "unknown".into()
-                } else {
-                    pid.into()
-                },
-            }
-            .into());
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(error).with_context(|| format!("locking {}", path.display()));
         }
-        return Err(error).with_context(|| format!("locking {}", path.display()));
+        let mut pid = String::new();
+        let _ = file.rewind().and_then(|()| file.read_to_string(&mut pid));
+        let pid = pid.trim();
+        if pid == std::process::id().to_string() && started.elapsed() < own_patience {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        return Err(OutputRefused::Locked {
+            path: dir.path().into(),
+            pid: if pid.is_empty() {
+                "unknown".into()
+            } else {
+                pid.into()
+            },
+        }
+        .into());
     }
     file.set_len(0)
+        .and_then(|_| file.rewind())
         .and_then(|_| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(file)
@@ -313,5 +332,40 @@ mod tests {
         Recording::open(&other, "h", session()).unwrap();
         let err = Recording::open(&other, "elsewhere", session()).unwrap_err();
         assert!(err.to_string().contains("recorded on host h"), "{err}");
+    }
+
+    /// A lock naming our own pid is held by a description this process
+    /// shares (a forked child before its exec): waited for, not refused.
+    #[test]
+    fn a_lock_our_own_pid_holds_is_waited_for() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = PrivateDir::create(&root.path().join("rec")).unwrap();
+        let first = lock(&dir).unwrap();
+        // A second open file description, like a child's inherited one.
+        let shared = dir.open_or_create(layout::LOCK_FILE).unwrap();
+        drop(first);
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(
+            unsafe { libc::flock(shared.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
+        let err = lock_within(&dir, std::time::Duration::from_millis(50)).unwrap_err();
+        assert!(
+            matches!(err.downcast_ref::<OutputRefused>(), Some(OutputRefused::Locked { pid, .. }) if *pid == std::process::id().to_string()),
+            "{err}"
+        );
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(shared);
+        });
+        let taken = lock_within(&dir, std::time::Duration::from_secs(10)).unwrap();
+        releaser.join().unwrap();
+        let mut pid = String::new();
+        dir.open_regular(layout::LOCK_FILE)
+            .unwrap()
+            .read_to_string(&mut pid)
+            .unwrap();
+        assert_eq!(pid, format!("{}\n", std::process::id()));
+        drop(taken);
     }
 }
