@@ -290,10 +290,9 @@ impl DemangledNames {
 /// wait or the first has waited long enough
 /// ([`crate::stacks::StackInterner::drain_ended`]). Woken by every frame,
 /// the symbolizer took the CPU from the ring thread mid-drain once per
-/// frame: during a parallel build (49 Hz,
-/// 2 CPUs busy) it blocked 4,049 times in 18 s against the ring thread's
-/// 517 waits, and the ring thread was preempted 3,746 times
-/// (BENCHMARKS.md, "A parallel build").
+/// frame: during a parallel build (49 Hz, 2 CPUs busy) it blocked 4,049
+/// times in 18 s against the ring thread's 517 waits, and the ring thread
+/// was preempted 3,746 times (BENCHMARKS.md, "A parallel build").
 #[derive(Clone)]
 pub struct FrameRequests {
     queue: SyncSender<QueuedFrame>,
