@@ -6,8 +6,9 @@
 //! first, separated by `;`, the thread's `comm` as the root) and `weight`
 //! (samples on-CPU; nanoseconds blocked off-CPU). That is the folded format
 //! flamegraph.pl and inferno read, once each row is printed as
-//! `stack weight`. `stack` and `frame` rows can repeat across sessions, so
-//! the statement deduplicates them (`DISTINCT`, `GROUP BY frame_id`).
+//! `stack weight`. `stack` and `frame` rows can repeat (a frame written
+//! unnamed, then named; older recordings' sessions), so the statement
+//! deduplicates them (`DISTINCT`, `GROUP BY frame_id`).
 //!
 //! The statement is built from two parts the exports reuse, so every
 //! output weighs and names stacks the same way: [`weights_cte`] (the pprof
@@ -124,7 +125,7 @@ pub fn weights_cte(o: &Options) -> String {
 }
 
 /// The stack-resolution CTEs, the one place stacks become named frames:
-/// `frames` (one row per `frame_id`, deduplicated across sessions) and
+/// `frames` (one row per `frame_id`, its rows deduplicated) and
 /// `named` (`stack_id`, `depth` (0 the leaf), `frame_id`, `name` as the
 /// flame graph shows it, and the frame's `kind`, `module`, `build_id`,
 /// `address`, `file_offset`, `function`, `file`, `line`) for the stacks

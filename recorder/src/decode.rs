@@ -1157,7 +1157,6 @@ mod stack_tests {
     use std::mem::offset_of;
 
     use super::*;
-    use crate::stacks::{anon_frame_id, kernel_frame_id, stack_id};
 
     unsafe impl Plain for crate::bpf::stacks::types::hs_header {}
 
@@ -1200,16 +1199,29 @@ mod stack_tests {
             .unwrap();
         assert_eq!(kind, hs_kind::HS_KIND_SAMPLE.0);
         let batch = rows.cpu_sample.finish();
-        let expected = stack_id(&[
-            kernel_frame_id(0xffff_0001),
-            kernel_frame_id(0xffff_0002),
-            anon_frame_id(10, 0x4000),
-        ]);
         let ids = batch.column(5).as_primitive::<Int64Type>();
-        assert_eq!(ids.value(0), expected);
         assert!(batch.column(6).as_boolean().value(0), "kernel mode");
-        assert_eq!(rows.stack.len(), 3);
-        assert_eq!(rx.try_iter().count(), 3, "three new frames to name");
+        // The sample's stack: its three frames, kernel then user, leaf first.
+        let stack = rows.stack.finish();
+        assert_eq!(
+            stack.column(0).as_primitive::<Int64Type>().values(),
+            &[ids.value(0); 3]
+        );
+        let named: Vec<(i64, u64)> = rx.try_iter().map(|f| (f.frame_id, f.address)).collect();
+        let frame_ids = stack
+            .column(2)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(
+            named,
+            frame_ids
+                .iter()
+                .copied()
+                .zip([0xffff_0001, 0xffff_0002, 0x4000])
+                .collect::<Vec<_>>(),
+            "three new frames to name, in the stack's order"
+        );
         // Too short for its fixed part: an error, not a panic.
         assert!(decoder
             .decode_with_stacks(&data[..30], &mut rows, &mut interner)
@@ -1235,7 +1247,7 @@ mod stack_tests {
         // The copy travels as far as it is filled, the sample whole.
         let data = unsafe { plain::as_bytes(&e) }[..offset_of!(hs_sample_copy, copy) + 64].to_vec();
         let mut rows = AllRows::default();
-        let (tx, _rx) = std::sync::mpsc::sync_channel(16);
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
         let root = tempfile::tempdir().unwrap(); // no maps: nothing to unwind by
         let mut interner = StackInterner::new(root.path(), tx);
         let mut decoder = Decoder::new(ClockOffset {
@@ -1247,8 +1259,14 @@ mod stack_tests {
             .unwrap();
         let batch = rows.cpu_sample.finish();
         let ids = batch.column(5).as_primitive::<Int64Type>();
-        let walked = stack_id(&[anon_frame_id(10, 0x4000), anon_frame_id(10, 0x5000)]);
-        assert_eq!(ids.value(0), walked);
+        // The walk's two frames, as the frame pointers gave them.
+        let stack = rows.stack.finish();
+        assert_eq!(
+            stack.column(0).as_primitive::<Int64Type>().values(),
+            &[ids.value(0); 2]
+        );
+        let walked: Vec<u64> = rx.try_iter().map(|f| f.address).collect();
+        assert_eq!(walked, [0x4000, 0x5000]);
         assert!(!batch.column(6).as_boolean().value(0), "user mode");
         // Cut inside the registers: an error, not a panic.
         let cut = SAMPLE_REGS_AT + 8;

@@ -1,6 +1,6 @@
 //! Stacks to rows: every frame gets an identity that does not depend on
-//! where a binary happened to be mapped, every stack a hash of its frames'
-//! identities, and each new frame goes to the symbolizer once.
+//! where a binary happened to be mapped, every stack one made of its
+//! frames', and each new frame goes to the symbolizer once.
 //!
 //! Runs on the ring-buffer thread, so it only does cheap work: a lookup in
 //! the process's memory map (read once per process and program from
@@ -16,11 +16,15 @@
 //! Names are resolved on the symbolizer's thread ([`crate::symbolize`]).
 //!
 //! Identities: a user frame is (module build id, else path; file offset), so
-//! the same code has the same `frame_id` in every process, chunk and run; a
-//! kernel frame is its address (stable for one boot); a frame in anonymous
-//! memory (JIT code) is (pid, address). `stack_id` hashes the `frame_id`s
-//! leaf first. The hash is FNV-1a 64, fixed forever: ids written by an old
-//! recorder must equal the ones a new one writes.
+//! the same code is one frame in every process and chunk; a kernel frame is
+//! its address (stable for one boot); a frame in anonymous memory (JIT code)
+//! is (pid, address); a stack is its frames, leaf first. Identities are
+//! FNV-1a 64 hashes, kept in memory only. What is written, `frame_id` and
+//! `stack_id`, is a number given to each identity when first seen
+//! ([`Numbering`]): counting up from a random start each run, so ids are
+//! small steps apart and compress, where 64-bit hashes took 8 bytes each,
+//! two thirds of a parallel build's stack and frame bytes (BENCHMARKS.md,
+//! "Numbered ids").
 
 use std::{
     path::{Path, PathBuf},
@@ -33,11 +37,12 @@ use crate::{
     unwind::{ProcessUnwinder, StackCopy, Unwinders},
 };
 
-/// Stacks and frames remembered as written; past this, the sets are
-/// cleared and the rows seen again are written twice (readers
-/// deduplicate). A set this full takes about 1.2 MiB; a million entries
-/// (a day of new stacks on a busy host) took 19 MiB each, a third of the
-/// recorder's memory bound.
+/// Stacks and frames remembered as written, with their ids; past this, the
+/// maps are cleared and the rows seen again are written again under new
+/// ids (a frame's rows then say the same under two ids, each named). A map
+/// this full takes about 2.2 MiB (a set of hashes took 1.2); a million
+/// entries (a day of new stacks on a busy host) would take 34 MiB each,
+/// half the recorder's memory bound.
 const MAX_REMEMBERED: usize = 1 << 16;
 
 /// Frames remembered as unnamed for a missing file
@@ -93,35 +98,98 @@ fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// The `frame_id` of a kernel frame.
-pub fn kernel_frame_id(address: u64) -> i64 {
+/// The identity of a kernel frame.
+pub fn kernel_frame_key(address: u64) -> i64 {
     let h = fnv1a(FNV_OFFSET, b"kernel\0");
     fnv1a(h, &address.to_le_bytes()) as i64
 }
 
-/// The `frame_id` of a user frame in a file: `module_key` is its build id
+/// The identity of a user frame in a file: `module_key` is its build id
 /// in hex when it has one, else its path.
-pub fn user_frame_id(module_key: &str, file_offset: u64) -> i64 {
+pub fn user_frame_key(module_key: &str, file_offset: u64) -> i64 {
     let h = fnv1a(FNV_OFFSET, b"user\0");
     let h = fnv1a(h, module_key.as_bytes());
     fnv1a(fnv1a(h, b"\0"), &file_offset.to_le_bytes()) as i64
 }
 
-/// The `frame_id` of a frame in anonymous memory (JIT code): only
+/// The identity of a frame in anonymous memory (JIT code): only
 /// meaningful within its process.
-pub fn anon_frame_id(pid: u32, address: u64) -> i64 {
+pub fn anon_frame_key(pid: u32, address: u64) -> i64 {
     let h = fnv1a(FNV_OFFSET, b"anon\0");
     let h = fnv1a(h, &pid.to_le_bytes());
     fnv1a(h, &address.to_le_bytes()) as i64
 }
 
-/// The `stack_id` of frames given leaf first.
-pub fn stack_id(frame_ids: &[i64]) -> i64 {
+/// The identity of a stack of frames, given leaf first by their ids.
+pub fn stack_key(frame_ids: &[i64]) -> i64 {
     frame_ids
         .iter()
         .fold(fnv1a(FNV_OFFSET, b"stack\0"), |h, id| {
             fnv1a(h, &id.to_le_bytes())
         }) as i64
+}
+
+/// Bits of an id that count; the bits above them (but the sign) are a
+/// random start drawn when the count begins and again each time it fills.
+const COUNTED_BITS: u32 = 20;
+
+/// The ids written for frames, or for stacks: consecutive numbers from a
+/// random start. Consecutive, so that a chunk's ids differ in their low
+/// bits only: sorted, they delta-encode to a few bits, and in a dictionary
+/// their high bytes repeat for zstd. From a random start of 43 bits (and
+/// a new one each 2^20 ids), so that two runs (sessions of one recording,
+/// hosts read together) give the same id to different things with odds of
+/// about n² / 2^44 for n starts drawn (10,000: 6 in a million), and
+/// readers may join `stack` and `frame` by id alone, as they did when ids
+/// were hashes.
+pub struct Numbering {
+    start: i64,
+    counted: i64,
+}
+
+impl Numbering {
+    pub fn new() -> Numbering {
+        Numbering {
+            start: random_start(),
+            counted: 0,
+        }
+    }
+
+    pub fn next_id(&mut self) -> i64 {
+        if self.counted == 1 << COUNTED_BITS {
+            *self = Numbering::new();
+        }
+        self.counted += 1;
+        self.start | (self.counted - 1)
+    }
+}
+
+impl Default for Numbering {
+    fn default() -> Self {
+        Numbering::new()
+    }
+}
+
+/// A random multiple of 2^[`COUNTED_BITS`] in `0..2^63`.
+fn random_start() -> i64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let random = if got == bytes.len() as isize {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No getrandom (a kernel before 3.17): the clock's nanoseconds,
+        // different for each run all the same.
+        fnv1a(
+            FNV_OFFSET,
+            &std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                .to_le_bytes(),
+        )
+    };
+    ((random >> (COUNTED_BITS + 1)) << COUNTED_BITS) as i64
 }
 
 /// The program a process runs, as its stack records carry it and
@@ -460,10 +528,16 @@ pub struct StackInterner {
     proc_root: PathBuf,
     processes: ahash::AHashMap<Running, ProcessMaps>,
     build_ids: BuildIds<(String, Option<FileKey>)>,
-    /// ahash's sets: with std's SipHash, looking up every id of every
-    /// sample was a quarter of the interning in a profile of two builds.
-    written_stacks: ahash::AHashSet<i64>,
-    sent_frames: ahash::AHashSet<i64>,
+    /// Stacks written, by identity, with their ids. ahash's maps: with
+    /// std's SipHash, looking up every id of every sample was a quarter of
+    /// the interning in a profile of two builds.
+    written_stacks: ahash::AHashMap<i64, i64>,
+    /// Frames seen, by identity, with their ids; an id's bitwise NOT
+    /// (ids are never negative) while its frame, written unnamed, waits to
+    /// be sent again ([`StackInterner::send`]).
+    seen_frames: ahash::AHashMap<i64, i64>,
+    stack_numbers: Numbering,
+    frame_numbers: Numbering,
     /// Frames the symbolizer could not name because their file was not at
     /// the path they were sent with ([`FrameRow::file_missing`]), with
     /// that path: sent again when seen from another path.
@@ -506,8 +580,10 @@ impl StackInterner {
             proc_root: proc_root.to_path_buf(),
             processes: ahash::AHashMap::new(),
             build_ids: BuildIds::default(),
-            written_stacks: ahash::AHashSet::default(),
-            sent_frames: ahash::AHashSet::default(),
+            written_stacks: ahash::AHashMap::default(),
+            seen_frames: ahash::AHashMap::default(),
+            stack_numbers: Numbering::new(),
+            frame_numbers: Numbering::new(),
             missing_files: ahash::AHashMap::new(),
             known_frames: 0,
             symbolizer: symbolizer.into(),
@@ -570,10 +646,15 @@ impl StackInterner {
         let mut frame_ids = std::mem::take(&mut self.frame_ids);
         frame_ids.clear();
         for &address in kernel {
-            let id = kernel_frame_id(address);
+            let key = kernel_frame_key(address);
+            let (id, new) = self.frame_seen(key);
             frame_ids.push(id);
-            if self.first_time_frame(id) {
-                self.send(FrameRow::unnamed(id, true, address, running.pid), frames);
+            if new {
+                self.send(
+                    key,
+                    FrameRow::unnamed(id, true, address, running.pid),
+                    frames,
+                );
             }
         }
         for &address in user {
@@ -581,13 +662,14 @@ impl StackInterner {
                 frame_ids.push(id);
                 continue;
             }
-            let row = self.user_frame(running, address);
-            let id = row.frame_id;
+            let (key, mut row) = self.user_frame(running, address);
+            let (id, new) = self.frame_seen(key);
+            row.frame_id = id;
             frame_ids.push(id);
             let carries_tmp = row.jit_tmp.is_some();
             let in_file = row.file_offset.is_some() && row.module.is_some();
-            let new = self.first_time_frame(id) || self.found_elsewhere(&row);
-            let sent = new && self.send(row, frames);
+            let new = new || self.found_elsewhere(&row);
+            let sent = new && self.send(key, row, frames);
             if in_file && (sent || !new) {
                 self.remember_frame(running, address, id);
             }
@@ -599,13 +681,17 @@ impl StackInterner {
                 }
             }
         }
-        let id = stack_id(&frame_ids);
         if self.written_stacks.len() >= MAX_REMEMBERED {
             self.written_stacks.clear();
         }
-        if self.written_stacks.insert(id) {
-            stacks.push(id, &frame_ids);
-        }
+        let id = match self.written_stacks.entry(stack_key(&frame_ids)) {
+            std::collections::hash_map::Entry::Occupied(written) => *written.get(),
+            std::collections::hash_map::Entry::Vacant(new) => {
+                let id = *new.insert(self.stack_numbers.next_id());
+                stacks.push(id, &frame_ids);
+                id
+            }
+        };
         self.frame_ids = frame_ids;
         Some(id)
     }
@@ -695,13 +781,27 @@ impl StackInterner {
         self.unwinders.unwind(unwinder, maps, copy, user, out)
     }
 
-    fn first_time_frame(&mut self, id: i64) -> bool {
-        if self.sent_frames.len() >= MAX_REMEMBERED {
+    /// The id of the frame `key`, and whether its row is to be sent now:
+    /// on its first sighting, and the next after it was written unnamed.
+    fn frame_seen(&mut self, key: i64) -> (i64, bool) {
+        if self.seen_frames.len() >= MAX_REMEMBERED {
             // Sent again on their next sighting, from every process.
-            self.sent_frames.clear();
+            self.seen_frames.clear();
             self.forget_known_frames();
         }
-        self.sent_frames.insert(id)
+        match self.seen_frames.entry(key) {
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                let seen = seen.into_mut();
+                let unsent = *seen < 0;
+                if unsent {
+                    *seen = !*seen;
+                }
+                (*seen, unsent)
+            }
+            std::collections::hash_map::Entry::Vacant(new) => {
+                (*new.insert(self.frame_numbers.next_id()), true)
+            }
+        }
     }
 
     /// The frame id of `address` in `running`'s process when it is in a
@@ -775,11 +875,12 @@ impl StackInterner {
         }
     }
 
-    /// Queues a new frame for naming. When the symbolizer is behind (a
-    /// huge binary's debug info to parse), the frame is written unnamed now
-    /// and forgotten, so its next sighting tries again: readers take the
-    /// named row of a frame over an unnamed one. Whether it was queued.
-    fn send(&mut self, row: FrameRow, frames: &mut FrameRows) -> bool {
+    /// Queues a new frame (identity `key`) for naming. When the symbolizer
+    /// is behind (a huge binary's debug info to parse), the frame is
+    /// written unnamed now, and sent again on its next sighting, under the
+    /// same id: readers take the named row of a frame over an unnamed one.
+    /// Whether it was queued.
+    fn send(&mut self, key: i64, row: FrameRow, frames: &mut FrameRows) -> bool {
         match self.symbolizer.try_send(row) {
             None => {
                 let (count, _) = self.queued.get_or_insert_with(|| (0, Instant::now()));
@@ -790,7 +891,9 @@ impl StackInterner {
                 // Behind: it may be waiting for the end of this drain.
                 self.symbolizer.wake();
                 self.unnamed += 1;
-                self.sent_frames.remove(&row.frame_id);
+                if let Some(seen) = self.seen_frames.get_mut(&key) {
+                    *seen = !row.frame_id;
+                }
                 frames.push(&row);
                 false
             }
@@ -807,36 +910,38 @@ impl StackInterner {
         crate::symbolize::JitTmp::open(&self.proc_root, running.pid)
     }
 
-    /// Identifies a user address through the process's memory map.
-    fn user_frame(&mut self, running: Running, address: u64) -> FrameRow {
+    /// Identifies a user address through the process's memory map: its
+    /// identity, and its row without an id yet.
+    fn user_frame(&mut self, running: Running, address: u64) -> (i64, FrameRow) {
         let pid = running.pid;
-        let mut row = FrameRow::unnamed(anon_frame_id(pid, address), false, address, pid);
+        let mut row = FrameRow::unnamed(0, false, address, pid);
+        let anon = anon_frame_key(pid, address);
         let Some(mapping) = self.mapping_of(running, address) else {
             row.maybe_jit = self.processes.get(&running).is_some_and(|p| p.jit_tmp_sent);
-            return row;
+            return (anon, row);
         };
         let Some(path) = mapping.path.as_deref() else {
             row.maybe_jit = true;
             row.jit_tmp = self.first_jit_frame(running);
-            return row;
+            return (anon, row);
         };
         let file_offset = address - mapping.start + mapping.offset;
         if path.starts_with('[') {
             // [vdso], [vsyscall]: no file, but the same code in every process.
             let offset = address - mapping.start;
-            row.frame_id = user_frame_id(path, offset);
+            let key = user_frame_key(path, offset);
             if path == "[vdso]" {
                 // Named from the recorder's own copy of the image.
                 row.open_path = crate::elf::vdso_path().map(str::to_owned);
                 row.file_offset = row.open_path.as_ref().map(|_| offset);
             }
             row.module = Some(path.to_owned());
-            return row;
+            return (key, row);
         }
         let root = self.processes.get(&running).and_then(|p| p.root.as_deref());
         let (path, open_path) = file_of(&self.proc_root, pid, root, &mapping, path);
         let build_id = self.build_id_of(pid, &mapping, open_path.as_deref().unwrap_or(&path));
-        row.frame_id = user_frame_id(build_id.as_deref().unwrap_or(&path), file_offset);
+        let key = user_frame_key(build_id.as_deref().unwrap_or(&path), file_offset);
         if let (Some(open), Some(_), Some(file)) = (&open_path, &build_id, mapping.file) {
             row.held = self.held_module(file, open);
         }
@@ -844,7 +949,7 @@ impl StackInterner {
         row.build_id = build_id;
         row.file_offset = Some(file_offset);
         row.open_path = open_path;
-        row
+        (key, row)
     }
 
     /// `file`, open at `path` (a path that goes with its process), held for
@@ -1200,21 +1305,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_fixed_forever() {
-        // Recordings compare ids across runs and versions: these must never change.
-        // The values were worked out apart from this code (FNV-1a 64 over
-        // the tag, a NUL, then little-endian integers), so a change of
-        // tag, separator, byte order or fold shows here.
+    fn identities_tell_kinds_modules_offsets_and_order_apart() {
+        // FNV-1a 64 as published (the tag, a NUL, then little-endian integers).
         assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63dc4c8601ec8c);
-        assert_eq!(stack_id(&[]), 4045993254579513645);
-        assert_eq!(kernel_frame_id(1), 4500861631591611625);
-        assert_eq!(kernel_frame_id(2), 6733177038559201034);
-        assert_eq!(user_frame_id("ab", 0x10), 6938185780252737599);
-        assert_eq!(user_frame_id("ab", 0x11), 4705870373285148190);
-        assert_eq!(anon_frame_id(0, 0x10), -277370070969954131);
-        assert_eq!(anon_frame_id(7, 0x10), -309363384136930630);
-        assert_eq!(stack_id(&[1, 2]), 938015195586340974);
-        assert_eq!(stack_id(&[2, 1]), -7129642314723945778);
+        let keys = [
+            kernel_frame_key(0x10),
+            user_frame_key("ab", 0x10),
+            user_frame_key("ab", 0x11),
+            user_frame_key("ac", 0x10),
+            anon_frame_key(0, 0x10),
+            anon_frame_key(7, 0x10),
+            stack_key(&[1, 2]),
+            stack_key(&[2, 1]),
+            stack_key(&[]),
+        ];
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        assert_eq!(user_frame_key("ab", 0x10), user_frame_key("ab", 0x10));
+    }
+
+    #[test]
+    fn ids_count_up_from_a_random_start_and_stay_positive() {
+        let mut frames = Numbering::new();
+        let mut stacks = Numbering::new();
+        let first = frames.next_id();
+        assert_eq!(frames.next_id(), first + 1);
+        assert!(first >= 0 && first % (1 << COUNTED_BITS) == 0, "{first:#x}");
+        // Two runs start apart (equal with odds of one in 2^43).
+        assert_ne!(first, stacks.next_id());
+        // A full count starts again elsewhere, never past the sign.
+        frames.counted = (1 << COUNTED_BITS) - 1;
+        let last = frames.next_id();
+        assert_eq!(last, first + (1 << COUNTED_BITS) - 1);
+        let next = frames.next_id();
+        assert!(
+            next >= 0 && next % (1 << COUNTED_BITS) == 0 && next != first,
+            "{next:#x}"
+        );
     }
 
     #[test]
@@ -1466,7 +1593,7 @@ mod tests {
             pid: child.id(),
             program: Program::default(),
         };
-        let row = interner.user_frame(running, main);
+        let (_, row) = interner.user_frame(running, main);
         let (module, build_id) = (row.module.clone(), row.build_id.clone());
         let thread = crate::symbolize::SymbolizerThread::start(Path::new("/proc")).unwrap();
         assert!(thread.requests.send(row));
@@ -1513,16 +1640,16 @@ mod tests {
             (child, running, code.start)
         };
         let (mut before, before_running, before_code) = start();
-        let early_id = early.user_frame(before_running, before_code).build_id;
+        let early_id = early.user_frame(before_running, before_code).1.build_id;
         assert!(late.mapping_of(before_running, before_code).is_some());
         std::fs::rename(&new, &installed).unwrap();
         let (mut after, after_running, after_code) = start();
         early.build_ids.trust = Duration::ZERO;
         late.build_ids.trust = Duration::ZERO;
         let ids = [
-            early.user_frame(after_running, after_code).build_id,
-            early.user_frame(before_running, before_code).build_id,
-            late.user_frame(before_running, before_code).build_id,
+            early.user_frame(after_running, after_code).1.build_id,
+            early.user_frame(before_running, before_code).1.build_id,
+            late.user_frame(before_running, before_code).1.build_id,
         ];
         for child in [&mut before, &mut after] {
             child.kill().unwrap();
@@ -1692,12 +1819,37 @@ mod tests {
         // (unnamed); the other was queued, the kernel frame sent before.
         assert_eq!(stacks.len(), 3, "the stack is not written again");
         assert_eq!((interner.unnamed, frames.len()), (5, 5));
-        let expected = stack_id(&[
-            kernel_frame_id(0xffff_1000),
-            user_frame_id("/nonexistent/app", 0x10),
-            user_frame_id("/nonexistent/app", 0x1020),
-        ]);
-        assert_eq!(a, Some(expected));
+        // The stack's rows name its frames leaf first, kernel then user,
+        // by ids given in the order first seen; each frame's rows, unnamed
+        // or sent again, keep its id.
+        let stack = stacks.finish();
+        let column = |name: &str| {
+            stack
+                .column_by_name(name)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(column("stack_id"), vec![a.unwrap(); 3]);
+        let ids = column("frame_id");
+        assert_eq!(ids, vec![ids[0], ids[0] + 1, ids[0] + 2]);
+        let written = frames.finish();
+        let written: Vec<i64> = written
+            .column_by_name("frame_id")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec();
+        assert!(
+            written.iter().all(|id| ids.contains(id)),
+            "{written:?} {ids:?}"
+        );
+        assert_eq!(first.frame_id, ids[0]);
         assert_eq!(
             interner.intern(
                 Running {

@@ -51,7 +51,7 @@ pub const ROW_GROUP_ROWS: usize = 32 * 1024;
 
 /// `cpu_sample`'s and `stack`'s bound instead: a minute of 999 Hz on 2
 /// CPUs (120 k samples) in one row group, so the dictionary of 64-bit
-/// hashes (8 bytes an id, which do not compress) is written once a chunk,
+/// ids (8 bytes an id when they were hashes) is written once a chunk,
 /// not four times. `cpu_sample.stack_id` took 1.47-1.54 B a sample against
 /// 1.55-1.75 (BENCHMARKS.md, "Bytes per sample on a steady process");
 /// and a parallel build's `stack` file (a minute's stacks: 87 k rows, three

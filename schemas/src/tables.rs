@@ -383,12 +383,12 @@ pub static STACK: Table = Table {
     group: "cpu",
     doc: "The frames of every stack referenced by `cpu_sample.stack_id` and `sched_switch.stack_id`, one row per frame \
           (long form: no list type to unnest, a stack is rebuilt with a plain join on `frame` ordered by `depth`, and DuckDB, \
-          pandas and any SQL engine read it as is). A stack is written once per recording, in the chunk where it was first seen; \
-          a recording made of several sessions (or one whose set of written ids overflowed) can hold the same rows twice, so \
-          readers use `SELECT DISTINCT`. Depth 0 is the leaf (where the thread was); kernel frames come before user frames.",
+          pandas and any SQL engine read it as is). A stack is written once per session (a recorder's run), in the chunk where it was first seen; \
+          recordings written before ids were numbered (hindsight 2026-12-07) can hold the same rows twice, so readers use \
+          `SELECT DISTINCT`. Depth 0 is the leaf (where the thread was); kernel frames come before user frames.",
     sort_key: &["stack_id", "depth"],
     columns: &[
-        col("stack_id", Int64, "", "A stable 64-bit hash of the identities of the stack's frames (`frame_id`s, leaf first): equal for the same stack in every chunk, every session and every process running the same binaries."),
+        col("stack_id", Int64, "", "The stack's id: one per stack (its frames, leaf first) in every chunk and every process of a recorder's run, counted up from a random start drawn per run, so runs and hosts read together do not share ids (a new run gives the same stack a new id)."),
         col("depth", Int32, "", "Position in the stack: 0 is the leaf, counting towards the root."),
         col("frame_id", Int64, "", "The frame at this depth (see `frame`)."),
     ],
@@ -399,17 +399,18 @@ pub static FRAME: Table = Table {
     group: "cpu",
     doc: "What each frame is, symbolized while its process was alive: user frames with blazesym by (build id or module \
           path, file offset), JIT code from `/tmp/perf-<pid>.map`, kernel frames from /proc/kallsyms. A frame is written once \
-          per recording, in the chunk where it was first seen (possibly a later chunk than its stacks); readers deduplicate \
-          by `frame_id`. User stacks of CPU samples are unwound by the modules' `.eh_frame` (`--unwind dwarf`, the default; \
+          per session, in the chunk where it was first seen (possibly a later chunk than its stacks), and again, under the \
+          same id, when it was first written unnamed (the symbolizer behind): readers deduplicate by `frame_id`, taking the \
+          named row. User stacks of CPU samples are unwound by the modules' `.eh_frame` (`--unwind dwarf`, the default; \
           `sample_unwind` in recording.json), so code built without frame pointers keeps its callers; off-CPU stacks \
           (`--off-cpu-stacks`) are unwound from a smaller copy (up to 8 KiB) and completed by frame pointers.",
-    // By where the code is, not by `frame_id` (a hash, whose order says
-    // nothing): neighbouring rows then share module and function, and
+    // By where the code is, not by `frame_id` (the order first seen, which
+    // says little): neighbouring rows then share module and function, and
     // their offsets and addresses differ by little. A quarter fewer bytes
     // (BENCHMARKS.md, "Frames in code order").
     sort_key: &["module", "file_offset", "address"],
     columns: &[
-        col("frame_id", Int64, "", "A stable 64-bit hash of the frame's identity: kind, module (build id, else path) and file offset for user frames; the address for kernel frames."),
+        col("frame_id", Int64, "", "The frame's id: one per frame identity (kind, module (build id, else path) and file offset for user frames; the address for kernel frames) in every chunk and every process of a recorder's run, counted up from a random start drawn per run, so runs and hosts read together do not share ids."),
         col("kind", Name, "", "`kernel` or `user`."),
         col("address", UInt64, "", "Virtual address of the instruction (a return address for all but the leaf), in the first process it was seen in for user frames."),
         nullable("module", Text, "", "Path of the file mapped at the address (`[kernel]` or `[<module>]` for kernel frames); null for anonymous memory."),

@@ -503,8 +503,9 @@ fn top_stacks(
 /// weighed by their time in D (`off_cpu` with `--off-cpu-stacks`; a sleep
 /// counts in the interval it began in), the kind of the metric it
 /// contributed most to first. A statement per kind of weight, a last one names
-/// the stacks shown. Of several recordings too: a stack's and a frame's
-/// ids are their content's, the same on every host.
+/// the stacks shown. Of several recordings too: each recorder's run
+/// numbers its stacks and frames from a random start of its own, so an id
+/// names one stack or frame across hosts.
 async fn add_stacks(ctx: &SessionContext, env: &Env, incidents: &mut [Incident]) -> Result<()> {
     let Some((pids, first, end)) = contributors_span(incidents) else {
         return Ok(());
