@@ -132,6 +132,10 @@ pub fn writer_properties(
         {
             builder = builder.set_column_dictionary_enabled(ColumnPath::from(column.name), false);
         }
+        for &(_, column) in STEPPING.iter().filter(|(t, _)| *t == table.name) {
+            builder = builder
+                .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
+        }
         for column in table
             .columns
             .iter()
@@ -168,6 +172,20 @@ fn a_min_and_max_prune_nothing(table: &Table, column: &crate::Column) -> bool {
         crate::ColumnType::Name | crate::ColumnType::Text
     ) && !table.sort_key.contains(&column.name)
 }
+
+/// Integer columns whose rows, in their table's order, step by little:
+/// delta encoding writes the steps in a few bits, where zstd over the
+/// plain values kept about two bytes a row. A stack's id (ids are counted
+/// up, each repeated for its frames) and a frame's addresses and offsets
+/// (frames are in code order): a parallel build's `stack` and `frame`
+/// files took 5.8 KB (4 %) fewer of their 116 KB (BENCHMARKS.md,
+/// "Numbered ids").
+const STEPPING: &[(&str, &str)] = &[
+    ("stack", "stack_id"),
+    ("frame", "address"),
+    ("frame", "file_offset"),
+    ("frame", "elf_address"),
+];
 
 /// Columns no two rows of a file share: a frame is written once a
 /// recording.
@@ -286,6 +304,23 @@ mod tests {
         assert!(dictionary(&crate::tables::STACK, "frame_id"));
         assert!(!dictionary(&crate::tables::FRAME, "frame_id"));
         assert!(dictionary(&crate::tables::CPU_SAMPLE, "stack_id"));
+        let encoding = |table: &Table, column: &str| {
+            writer_properties(table, "h", "b", "v").encoding(&ColumnPath::from(column))
+        };
+        assert_eq!(
+            encoding(&crate::tables::STACK, "stack_id"),
+            Some(Encoding::DELTA_BINARY_PACKED)
+        );
+        assert_eq!(
+            encoding(&crate::tables::FRAME, "elf_address"),
+            Some(Encoding::DELTA_BINARY_PACKED)
+        );
+        assert_eq!(encoding(&crate::tables::STACK, "frame_id"), None);
+        for (table, column) in STEPPING {
+            let table = crate::TABLES.iter().find(|t| t.name == *table).unwrap();
+            assert!(table.columns.iter().any(|c| c.name == *column), "{column}");
+            assert!(!dictionary(table, column), "{column}");
+        }
         // Derived tables have their own rule.
         assert!(dictionary(&crate::derived::CPU_SLICE, "prio"));
         // And keep pages a time window can skip.
