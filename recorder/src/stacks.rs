@@ -142,31 +142,25 @@ const COUNTED_BITS: u32 = 20;
 /// about n² / 2^44 for n starts drawn (10,000: 6 in a million), and
 /// readers may join `stack` and `frame` by id alone, as they did when ids
 /// were hashes.
-pub struct Numbering {
+struct Numbering {
     start: i64,
     counted: i64,
 }
 
 impl Numbering {
-    pub fn new() -> Numbering {
+    fn new() -> Numbering {
         Numbering {
             start: random_start(),
             counted: 0,
         }
     }
 
-    pub fn next_id(&mut self) -> i64 {
+    fn next_id(&mut self) -> i64 {
         if self.counted == 1 << COUNTED_BITS {
             *self = Numbering::new();
         }
         self.counted += 1;
         self.start | (self.counted - 1)
-    }
-}
-
-impl Default for Numbering {
-    fn default() -> Self {
-        Numbering::new()
     }
 }
 
@@ -1822,9 +1816,8 @@ mod tests {
         // The stack's rows name its frames leaf first, kernel then user,
         // by ids given in the order first seen; each frame's rows, unnamed
         // or sent again, keep its id.
-        let stack = stacks.finish();
-        let column = |name: &str| {
-            stack
+        let column = |batch: &arrow::record_batch::RecordBatch, name: &str| {
+            batch
                 .column_by_name(name)
                 .unwrap()
                 .as_any()
@@ -1833,18 +1826,11 @@ mod tests {
                 .values()
                 .to_vec()
         };
-        assert_eq!(column("stack_id"), vec![a.unwrap(); 3]);
-        let ids = column("frame_id");
+        let stack = stacks.finish();
+        assert_eq!(column(&stack, "stack_id"), vec![a.unwrap(); 3]);
+        let ids = column(&stack, "frame_id");
         assert_eq!(ids, vec![ids[0], ids[0] + 1, ids[0] + 2]);
-        let written = frames.finish();
-        let written: Vec<i64> = written
-            .column_by_name("frame_id")
-            .unwrap()
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .unwrap()
-            .values()
-            .to_vec();
+        let written = column(&frames.finish(), "frame_id");
         assert!(
             written.iter().all(|id| ids.contains(id)),
             "{written:?} {ids:?}"
