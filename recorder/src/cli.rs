@@ -47,7 +47,9 @@ its symbol table alone; when the disk or encoder falls behind, the kernel
 drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 48 MiB RSS at the peak of a context-switch storm;
 47 MiB median and 55 MiB at the peak of a 30-minute mixed workload whose
-binaries the CPU sampler had to name. Bound: 64 MiB.
+binaries the CPU sampler had to name. Bound: 64 MiB, except while it names
+frames of debug builds with tens of MB of symbols (95-122 MiB peak beside a
+Rust debug build and its tests; see BENCHMARKS.md).
 A larger --ring-size costs twice its size for each of the sched and faults
 rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
 every ring is mapped twice over.
