@@ -271,19 +271,278 @@ pub struct SymbolTable {
     strings: Section,
 }
 
+/// A symbol table at least this large is not handed to blazesym, nor read
+/// whole by [`SymbolTable::read`]: its frames are named by a
+/// [`FunctionIndex`]. blazesym maps the file, touches the whole table and
+/// sorts an index of 8 B a symbol, all of it in the recorder's RSS: a debug
+/// build's test binary (670,000 symbols, a 16 MB `.symtab` and a 70 MB
+/// `.strtab`) took the recorder from 44 MiB to 74-122 MiB. Tables of
+/// ordinary programs and libraries are far below it (libLLVM's `.dynsym`
+/// is 1 MiB).
+pub const LARGE_SYMBOL_TABLE: u64 = 4 << 20;
+
+/// The table that names `file`'s functions (`.symtab`, else `.dynsym`),
+/// whether it is `.dynsym`, and its string table.
+fn symbol_table_sections(file: &File) -> Option<(bool, Section, Section)> {
+    let sections = sections(file).ok()?;
+    let named = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
+    let (dynamic, (symbols, strings)) = match named(b".symtab") {
+        Some(symtab) => (false, (symtab, named(b".strtab")?)),
+        None => (true, named(b".dynsym").zip(named(b".dynstr"))?),
+    };
+    Some((dynamic, symbols.clone(), strings.clone()))
+}
+
+/// The size in bytes of the table that names `file`'s functions; None
+/// when it has none readable.
+pub fn symbol_table_size(file: &Path) -> Option<u64> {
+    let (_, symbols, _) = symbol_table_sections(&File::open(file).ok()?)?;
+    Some(symbols.size)
+}
+
+/// The NUL-terminated name at `offset` in the string table `strings` of
+/// `file`, read from the file (a large program's `.strtab` is tens of MB).
+fn string_at(file: &File, strings: &Section, offset: u32) -> Option<Vec<u8>> {
+    // Longer names are cut here: a Rust or C++ name of this length is
+    // already past what anyone reads in a flame graph.
+    const MAX_NAME: u64 = 64 << 10;
+    let start = u64::from(offset);
+    let mut name = Vec::new();
+    let mut chunk = [0u8; 512];
+    while (name.len() as u64) < MAX_NAME {
+        let at = start + name.len() as u64;
+        if at >= strings.size {
+            break;
+        }
+        let want = (strings.size - at).min(chunk.len() as u64) as usize;
+        let read = file.read_at(&mut chunk[..want], strings.offset + at).ok()?;
+        if read == 0 {
+            break;
+        }
+        match chunk[..read].iter().position(|&b| b == 0) {
+            Some(end) => {
+                name.extend_from_slice(&chunk[..end]);
+                return Some(name);
+            }
+            None => name.extend_from_slice(&chunk[..read]),
+        }
+    }
+    Some(name)
+}
+
+/// An ELF symbol's type and binding (`st_info`).
+const STT_FUNC: u8 = 2;
+const STT_GNU_IFUNC: u8 = 10;
+const STB_GLOBAL: u8 = 1;
+const STB_WEAK: u8 = 2;
+
+/// perf's preference among the functions at one address
+/// (`choose_best_symbol` in its `util/symbol.c`), all but the names: a
+/// sized symbol over a sizeless one, not weak over weak, global over
+/// local. Ties go on to [`name_preference`].
+fn symbol_preference(size: u64, info: u8) -> (bool, bool, bool) {
+    let binding = info >> 4;
+    (size > 0, binding != STB_WEAK, binding == STB_GLOBAL)
+}
+
+/// The rest of perf's preference: fewer leading underscores, the longer
+/// name.
+fn name_preference(name: &[u8]) -> (std::cmp::Reverse<usize>, usize) {
+    let underscores = name.iter().take_while(|&&b| b == b'_').count();
+    (std::cmp::Reverse(underscores), name.len())
+}
+
+/// Whether a symbol table entry is a function defined in its file, as perf
+/// counts them (`elf_sym__is_function`).
+fn is_defined_function(symbol: &[u8]) -> bool {
+    matches!(symbol[4] & 0xf, STT_FUNC | STT_GNU_IFUNC)
+        && u16_at(symbol, 6) != 0
+        && u32_at(symbol, 0) != 0
+}
+
+/// One function of a [`FunctionIndex`]: its start, its size and perf's
+/// [`symbol_preference`] for it packed in 32 bits, and where its name is in
+/// the string table. 12 bytes.
+#[derive(Clone, Copy, Debug)]
+struct IndexedFunction {
+    /// From [`FunctionIndex::base`].
+    start: u32,
+    /// The size in the low [`IndexedFunction::SIZE_BITS`] bits (a larger
+    /// one is cut to their most: no function is 512 MiB), the preference
+    /// in the three above.
+    size_and_preference: u32,
+    name: u32,
+}
+
+impl IndexedFunction {
+    const SIZE_BITS: u32 = 29;
+    const SIZE_MASK: u32 = (1 << Self::SIZE_BITS) - 1;
+
+    fn new(start: u32, size: u64, info: u8, name: u32) -> Self {
+        let (sized, not_weak, global) = symbol_preference(size, info);
+        let preference = u32::from(sized) << 2 | u32::from(not_weak) << 1 | u32::from(global);
+        let size = u32::try_from(size).unwrap_or(u32::MAX).min(Self::SIZE_MASK);
+        IndexedFunction {
+            start,
+            size_and_preference: preference << Self::SIZE_BITS | size,
+            name,
+        }
+    }
+
+    fn size(&self) -> u32 {
+        self.size_and_preference & Self::SIZE_MASK
+    }
+
+    fn set_size(&mut self, size: u32) {
+        self.size_and_preference =
+            self.size_and_preference & !Self::SIZE_MASK | size.min(Self::SIZE_MASK);
+    }
+
+    fn preference(&self) -> u32 {
+        self.size_and_preference >> Self::SIZE_BITS
+    }
+}
+
+/// The functions of a symbol table too large for blazesym
+/// ([`LARGE_SYMBOL_TABLE`]), sorted by address, 12 bytes each; the table is
+/// read a slice at a time and the names from the file only for the frames
+/// they name. One function per address, the one perf names; a sizeless
+/// function reaches the next one, as perf extends it.
+pub struct FunctionIndex {
+    file: File,
+    strings: Section,
+    /// The lowest address of the file's code: functions are kept as 32-bit
+    /// offsets from it.
+    base: u64,
+    functions: Vec<IndexedFunction>,
+}
+
+impl FunctionIndex {
+    /// Indexes the functions of `file`'s symbol table; None when it has
+    /// none readable or more than `max_functions`.
+    ///
+    /// Its memory is the index alone: the table is read a slice at a time,
+    /// the index allocated once at the most it can need (pages never
+    /// written are never resident) and sorted and thinned in place. A
+    /// growing vector of (function, preference) and a stable sort beside it
+    /// peaked at 25 MiB for a test binary's 6 MiB index.
+    pub fn build(file: &Path, max_functions: usize) -> Option<FunctionIndex> {
+        const SHF_EXECINSTR: u64 = 0x4;
+        // Entries read at a time: 1 MiB.
+        const SLICE: u64 = 24 * 43_690;
+        let file = File::open(file).ok()?;
+        let (_, symbols, strings) = symbol_table_sections(&file)?;
+        let base = sections(&file)
+            .ok()?
+            .iter()
+            .filter(|s| s.flags & SHF_EXECINSTR != 0 && s.address != 0)
+            .map(|s| s.address)
+            .min()?;
+        let most = usize::try_from(symbols.size / 24).ok()?.min(max_functions);
+        let mut functions: Vec<IndexedFunction> = Vec::with_capacity(most);
+        let mut slice = Vec::new();
+        let mut at = 0;
+        while at + 24 <= symbols.size {
+            let len = (symbols.size - at).min(SLICE) / 24 * 24;
+            slice.resize(len as usize, 0);
+            file.read_exact_at(&mut slice, symbols.offset + at).ok()?;
+            at += len;
+            for symbol in slice.chunks_exact(24).filter(|s| is_defined_function(s)) {
+                let Some(start) = u64_at(symbol, 8)
+                    .checked_sub(base)
+                    .and_then(|start| u32::try_from(start).ok())
+                else {
+                    continue;
+                };
+                if functions.len() >= max_functions {
+                    return None;
+                }
+                let size = u64_at(symbol, 16);
+                functions.push(IndexedFunction::new(
+                    start,
+                    size,
+                    symbol[4],
+                    u32_at(symbol, 0),
+                ));
+            }
+        }
+        drop(slice);
+        // Among functions alike down to their names' length perf takes the
+        // table's first; in-place sorting forgets that order, and the
+        // name's place in the string table stands in for it.
+        functions.sort_unstable_by_key(|f| (f.start, f.name));
+        let mut kept = 0;
+        let mut first = 0;
+        while first < functions.len() {
+            let start = functions[first].start;
+            let end = first + functions[first..].partition_point(|f| f.start == start);
+            let same = &functions[first..end];
+            let best = match same {
+                [only] => *only,
+                _ => {
+                    let top = same.iter().map(IndexedFunction::preference).max()?;
+                    // max_by_key keeps the last of equals: hence rev.
+                    *(same.iter().rev())
+                        .filter(|f| f.preference() == top)
+                        .max_by_key(|f| {
+                            string_at(&file, &strings, f.name).map(|name| name_preference(&name))
+                        })?
+                }
+            };
+            functions[kept] = best;
+            kept += 1;
+            first = end;
+        }
+        functions.truncate(kept);
+        functions.shrink_to_fit();
+        // A sizeless function reaches the next one (perf's
+        // `symbols__fixup_end`); the last reaches no further than itself.
+        for i in 1..functions.len() {
+            if functions[i - 1].size() == 0 {
+                let reach = functions[i].start - functions[i - 1].start;
+                functions[i - 1].set_size(reach);
+            }
+        }
+        Some(FunctionIndex {
+            file,
+            strings,
+            base,
+            functions,
+        })
+    }
+
+    /// The function at `address` (its start and its name as the table
+    /// spells it, mangled or not).
+    pub fn lookup(&self, address: u64) -> Option<(u64, String)> {
+        let offset = u32::try_from(address.checked_sub(self.base)?).ok()?;
+        let after = self.functions.partition_point(|f| f.start <= offset);
+        let function = self.functions[..after].last()?;
+        let inside = offset == function.start || offset - function.start < function.size();
+        if !inside {
+            return None;
+        }
+        let name = string_at(&self.file, &self.strings, function.name)?;
+        (!name.is_empty()).then(|| {
+            (
+                self.base + u64::from(function.start),
+                String::from_utf8_lossy(&name).into_owned(),
+            )
+        })
+    }
+}
+
 impl SymbolTable {
-    /// The symbol table of `file`; None when it has none readable.
+    /// The symbol table of `file`; None when it has none readable, or when
+    /// it is [`LARGE_SYMBOL_TABLE`] or more (see [`FunctionIndex`]).
     pub fn read(file: &Path) -> Option<SymbolTable> {
         let file = File::open(file).ok()?;
-        let sections = sections(&file).ok()?;
-        let named = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
-        let (dynamic, (symbols, strings)) = match named(b".symtab") {
-            Some(symtab) => (false, (symtab, named(b".strtab")?)),
-            None => (true, named(b".dynsym").zip(named(b".dynstr"))?),
-        };
+        let (dynamic, symbols, strings) = symbol_table_sections(&file)?;
+        if symbols.size >= LARGE_SYMBOL_TABLE {
+            return None;
+        }
         Some(SymbolTable {
-            symbols: section_data(&file, symbols).ok()?,
-            strings: strings.clone(),
+            symbols: section_data(&file, &symbols).ok()?,
+            strings,
             dynamic,
             file,
         })
@@ -325,10 +584,6 @@ impl SymbolTable {
     /// addresses (none past it). Mangled names (C++, Rust) are left to
     /// blazesym, which demangles them.
     pub fn preferred_aliases(&self, limit: usize) -> HashMap<u64, Box<str>> {
-        const STT_FUNC: u8 = 2;
-        const STT_GNU_IFUNC: u8 = 10;
-        const STB_GLOBAL: u8 = 1;
-        const STB_WEAK: u8 = 2;
         // (address, index) of every defined function; names are read only
         // where an address has several (1.1-3.3 ms for cc1's 27,107
         // functions at 800 addresses, all C++ and so left alone; 0.5-0.8 ms
@@ -361,19 +616,15 @@ impl SymbolTable {
                 .unwrap_or_default();
             &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
         };
-        let underscores = |name: &[u8]| name.iter().take_while(|&&b| b == b'_').count();
         let mut aliases = HashMap::new();
         for same in shared {
             // The table's first of equals is perf's choice, and max_by_key
             // keeps the last: hence rev.
             let best = same.iter().rev().max_by_key(|&&(_, index)| {
-                let (binding, name) = (symbol(index)[4] >> 4, name_of(index));
+                let symbol = symbol(index);
                 (
-                    u64_at(symbol(index), 16) > 0,
-                    binding != STB_WEAK,
-                    binding == STB_GLOBAL,
-                    std::cmp::Reverse(underscores(name)),
-                    name.len(),
+                    symbol_preference(u64_at(symbol, 16), symbol[4]),
+                    name_preference(name_of(index)),
                 )
             });
             let Some(&(address, index)) = best else {
@@ -644,6 +895,48 @@ mod tests {
     /// Every PLT stub's name against objdump's label for it, in a program
     /// (symbol relocations) and in libc (mostly `IRELATIVE`, for which the
     /// `IFUNC` is named where objdump prints `*ABS*+0x<resolver>`).
+    /// The address `nm` gives `symbol` in `module`.
+    fn nm_address(module: &Path, symbol: &str) -> u64 {
+        let out = std::process::Command::new("nm")
+            .arg(module)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 3 && f[2] == symbol).then(|| u64::from_str_radix(f[0], 16).unwrap())
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn an_index_reaches_a_sizeless_function_to_the_next_and_holds_no_more_than_its_most() {
+        let dir = tempfile::tempdir().unwrap();
+        // `bare` is written in assembly with no `.size`: a symbol of size
+        // 0, like many hand-written routines; `after` follows it.
+        let exe = crate::symbolize::tests::compile_c(
+            dir.path(),
+            "__asm__(\".text\\n.globl bare\\n.type bare,@function\\nbare:\\n\"\n\
+             \"nop\\nnop\\nnop\\nnop\\nret\\n\");\n\
+             int after(int x) { return x + 1; }\n\
+             int main(int argc, char **argv) { return after(argc); }\n",
+            &["-O1"],
+        );
+        let index = FunctionIndex::build(&exe, usize::MAX).unwrap();
+        let (bare, after) = (nm_address(&exe, "bare"), nm_address(&exe, "after"));
+        assert!(bare < after);
+        let named = |address| index.lookup(address);
+        assert_eq!(named(bare + 4), Some((bare, "bare".to_owned())));
+        // Up to the next function (with its alignment padding), not past.
+        assert_eq!(named(after - 1), Some((bare, "bare".to_owned())));
+        assert_eq!(named(after), Some((after, "after".to_owned())));
+        // Every function counts toward the most, before any is let go.
+        let functions = index.functions.len();
+        assert!(FunctionIndex::build(&exe, functions).is_some());
+        assert!(FunctionIndex::build(&exe, functions - 1).is_none());
+    }
+
     #[test]
     fn plt_stubs_are_named_as_objdump_names_them() {
         for module in ["/usr/bin/bash", "/lib/x86_64-linux-gnu/libc.so.6"] {

@@ -35,8 +35,8 @@ use blazesym::symbolize::{
 
 use crate::{
     elf::{
-        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name, DebugInfo,
-        LoadSegment, SymbolTable,
+        load_address, load_segments, module_debug_info, plt_ranges, plt_stub_name,
+        symbol_table_size, DebugInfo, FunctionIndex, LoadSegment, SymbolTable, LARGE_SYMBOL_TABLE,
     },
     procfs::self_resident_bytes,
     stacks::FrameRow,
@@ -170,13 +170,30 @@ struct ModuleFacts {
     dwarf_opens: u32,
     /// The build id of the file these facts were read from, when it has one.
     build_id: Option<String>,
+    /// The files it is named from (itself, its debug file) whose symbol
+    /// tables are too large for blazesym: named by a [`FunctionIndex`].
+    indexed: Vec<PathBuf>,
 }
+
+/// What a frame's lookup found.
+enum Found<'a> {
+    /// blazesym's answer, from DWARF or from a symbol table.
+    Symbol(blazesym::symbolize::Sym<'a>),
+    /// A [`FunctionIndex`]'s: the name of the function, perf's choice
+    /// among those at its address.
+    Indexed(String),
+}
+
+/// The [`FunctionIndex`]es built, by file (None for a file that has none
+/// within [`MAX_INDEXED_FUNCTIONS`]).
+type FunctionIndexes = AHashMap<PathBuf, Option<FunctionIndex>>;
 
 /// Fills in what blazesym knows about `offset` in the ELF file `path`, and
 /// where `offset` loads in the module's own addresses (which a debug file
 /// found later is looked up by).
 fn name_user_frame(
     symbolizer: &Symbolizer,
+    indexes: &FunctionIndexes,
     demangled: &mut DemangledNames,
     path: &str,
     offset: u64,
@@ -194,10 +211,18 @@ fn name_user_frame(
     }
     let naming = &module_facts.naming;
     let lookup = |file: &Path, dwarf: bool, input: Input<u64>| {
+        if module_facts.indexed.iter().any(|indexed| indexed == file) {
+            let address = match input {
+                Input::FileOffset(offset) => load_address(&module_facts.segments, offset)?,
+                Input::VirtOffset(address) | Input::AbsAddr(address) => address,
+            };
+            let (_, name) = indexes.get(file)?.as_ref()?.lookup(address)?;
+            return Some(Found::Indexed(name));
+        }
         let mut elf = Elf::new(file);
         elf.debug_syms = dwarf;
         match symbolizer.symbolize_single(&Source::Elf(elf), input) {
-            Ok(Symbolized::Sym(sym)) => Some(sym),
+            Ok(Symbolized::Sym(sym)) => Some(Found::Symbol(sym)),
             _ => None,
         }
     };
@@ -225,8 +250,15 @@ fn name_user_frame(
     // ends with its call to `__run_exit_handlers`) lies past its function's
     // end: the call before it names it, as perf and samply look return
     // addresses up.
-    let Some(sym) = find(offset).or_else(|| find(offset.checked_sub(1)?)) else {
+    let Some(found) = find(offset).or_else(|| find(offset.checked_sub(1)?)) else {
         return;
+    };
+    let sym = match found {
+        Found::Symbol(sym) => sym,
+        Found::Indexed(name) => {
+            row.function = Some(demangled.of(&name).to_owned());
+            return;
+        }
     };
     row.function = Some(match module_facts.aliases.get(&sym.addr) {
         Some(name) => name.to_string(),
@@ -444,6 +476,12 @@ const IDLE_RELEASE: Duration = Duration::from_secs(1);
 /// during a build. This is the symbolizer's part of the recorder's memory
 /// bound.
 const MODULE_MEMORY_BUDGET: u64 = 12 << 20;
+
+/// The most functions a [`FunctionIndex`] holds, at 12 bytes each: the
+/// whole [`MODULE_MEMORY_BUDGET`]. A program with more (a debug build of a
+/// browser) has its frames left unnamed rather than the recorder's memory
+/// bound broken; a debug build of this project's own tests has 550,000.
+const MAX_INDEXED_FUNCTIONS: usize = (MODULE_MEMORY_BUDGET / 12) as usize;
 
 /// How long the modules may stay over [`MODULE_MEMORY_BUDGET`] between
 /// bursts before they are let go: what naming adds in this time is
@@ -926,6 +964,12 @@ struct Modules {
     file_ids: crate::stacks::BuildIds<String>,
     /// Per module path: how its frames are named.
     namings: AHashMap<String, ModuleFacts>,
+    /// The function indexes of the files in the `indexed` of `namings`,
+    /// built as their first frame is named; let go of with the modules.
+    indexes: FunctionIndexes,
+    /// Symbol tables this large or larger are indexed
+    /// ([`LARGE_SYMBOL_TABLE`]; tests index every one).
+    large_symbol_table: u64,
     /// Entries of the `aliases` of `namings`.
     alias_names: usize,
     /// Per build id, the path its module was opened by: the same binary
@@ -956,6 +1000,8 @@ impl Modules {
             open: AHashMap::new(),
             file_ids: crate::stacks::BuildIds::default(),
             namings: AHashMap::new(),
+            indexes: FunctionIndexes::new(),
+            large_symbol_table: LARGE_SYMBOL_TABLE,
             alias_names: 0,
             by_build_id: AHashMap::new(),
             last_user_frame: Instant::now(),
@@ -970,6 +1016,9 @@ impl Modules {
     fn forget_naming(&mut self, path: &str) {
         if let Some(facts) = self.namings.remove(path) {
             self.alias_names = self.alias_names.saturating_sub(facts.aliases.len());
+            for file in &facts.indexed {
+                self.indexes.remove(file);
+            }
         }
     }
 
@@ -1042,11 +1091,28 @@ impl Modules {
                 self.namings.clear();
                 self.alias_names = 0;
             }
+            let large_symbol_table = |file: &Path| {
+                symbol_table_size(file).is_some_and(|size| size >= self.large_symbol_table)
+            };
+            let own_table_large = large_symbol_table(Path::new(path));
+            // A module whose symbol table is too large for blazesym is not
+            // named from its DWARF either: blazesym reads the table there too.
             let naming = match module_debug_info(Path::new(path)) {
-                Some(DebugInfo::Own(bytes)) if bytes <= MAX_MODULE_DWARF => Naming::Dwarf,
+                Some(DebugInfo::Own(bytes)) if bytes <= MAX_MODULE_DWARF && !own_table_large => {
+                    Naming::Dwarf
+                }
                 Some(DebugInfo::Separate(debug)) => Naming::SeparateSymbols(debug),
                 _ => Naming::Symbols,
             };
+            let mut indexed = Vec::new();
+            if own_table_large {
+                indexed.push(PathBuf::from(path));
+            }
+            if let Naming::SeparateSymbols(debug) = &naming {
+                if large_symbol_table(debug) {
+                    indexed.push(debug.clone());
+                }
+            }
             let segments = load_segments(Path::new(path)).unwrap_or_default();
             let plt = plt_ranges(Path::new(path));
             let own_symbols = SymbolTable::read(Path::new(path));
@@ -1070,12 +1136,20 @@ impl Modules {
                     plt,
                     symbols_start: symbols_start.unwrap_or(0),
                     aliases,
+                    indexed,
                 },
             );
         }
         let facts = &self.namings[path];
+        for file in &facts.indexed {
+            if !self.indexes.contains_key(file) {
+                let index = FunctionIndex::build(file, MAX_INDEXED_FUNCTIONS);
+                self.indexes.insert(file.clone(), index);
+            }
+        }
         name_user_frame(
             &self.symbolizer,
+            &self.indexes,
             &mut self.demangled,
             path,
             offset,
@@ -1117,6 +1191,7 @@ impl Modules {
     fn release(&mut self) {
         self.symbolizer = new_symbolizer();
         self.open.clear();
+        self.indexes.clear();
         return_free_heap();
         self.resident_at_release = (self.resident)().unwrap_or(0);
     }
@@ -1575,14 +1650,58 @@ pub(crate) mod tests {
     }
 
     fn function_at(module: &Path, offset: u64) -> Option<String> {
+        function_at_by(
+            &mut Modules::new(u64::MAX, self_resident_bytes),
+            module,
+            offset,
+        )
+    }
+
+    fn function_at_by(modules: &mut Modules, module: &Path, offset: u64) -> Option<String> {
         let path = module.to_str().unwrap();
         let mut row = FrameRow {
             module: Some(path.into()),
             file_offset: Some(offset),
             ..FrameRow::unnamed(1, false, 0x5500_0000_0000 + offset, 1)
         };
-        Modules::new(u64::MAX, self_resident_bytes).name(path, None, offset, &mut row);
+        modules.name(path, None, offset, &mut row);
         row.function
+    }
+
+    /// Modules that name every frame from a [`FunctionIndex`], as a
+    /// program with a symbol table of tens of MB is named.
+    fn indexing_modules() -> Modules {
+        let mut modules = Modules::new(u64::MAX, self_resident_bytes);
+        modules.large_symbol_table = 0;
+        modules
+    }
+
+    #[test]
+    fn a_module_with_a_large_symbol_table_is_named_by_its_index_as_blazesym_names_it() {
+        // This test binary's functions, as readelf lists them: a few hundred
+        // of them, spread over the table, each looked up in its middle.
+        let exe = std::env::current_exe().unwrap();
+        let functions: Vec<_> = readelf_symbols(&exe, "-s")
+            .into_iter()
+            .filter(|s| s.2 == "FUNC" && s.1 > 0 && s.3 != "UND")
+            .collect();
+        assert!(functions.len() > 10_000, "{} functions", functions.len());
+        let (mut by_blazesym, mut by_index) = (
+            Modules::new(u64::MAX, self_resident_bytes),
+            indexing_modules(),
+        );
+        let mut named = 0;
+        for (address, size, ..) in functions.iter().step_by(functions.len() / 300) {
+            let offset = code_offset(&exe, address + size / 2);
+            let blazesym = function_at_by(&mut by_blazesym, &exe, offset);
+            let indexed = function_at_by(&mut by_index, &exe, offset);
+            assert_eq!(indexed, blazesym, "at {address:#x}");
+            named += usize::from(indexed.is_some());
+        }
+        assert!(named >= 300, "{named} named");
+        assert!(by_blazesym.indexes.is_empty());
+        assert!(by_index.indexes.values().all(Option::is_some));
+        assert_eq!(by_index.indexes.len(), 1);
     }
 
     #[test]
@@ -1645,13 +1764,20 @@ pub(crate) mod tests {
              int main(int argc, char **argv) { return work(argc); }\n",
             &["-O1"],
         );
-        let offset = readelf_offset(&exe, "work");
-        assert_eq!(function_at(&exe, offset + 1).as_deref(), Some("work"));
         // libc's `read`, named from its debug file (libc6-dbg) by four
         // names there, by two in its own `.dynsym` (`read`, `__read`).
         let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
-        let offset = readelf_offset(libc, "read");
-        assert_eq!(function_at(libc, offset + 4).as_deref(), Some("read"));
+        let (work, read) = (readelf_offset(&exe, "work"), readelf_offset(libc, "read"));
+        // The same choice where blazesym names and where an index does.
+        for mut modules in [
+            Modules::new(u64::MAX, self_resident_bytes),
+            indexing_modules(),
+        ] {
+            let work = function_at_by(&mut modules, &exe, work + 1);
+            assert_eq!(work.as_deref(), Some("work"));
+            let read = function_at_by(&mut modules, libc, read + 4);
+            assert_eq!(read.as_deref(), Some("read"));
+        }
     }
 
     #[test]
