@@ -475,7 +475,10 @@ impl FunctionIndex {
         let mut first = 0;
         while first < functions.len() {
             let start = functions[first].start;
-            let end = first + functions[first..].partition_point(|f| f.start == start);
+            let mut end = first + 1;
+            while functions.get(end).is_some_and(|f| f.start == start) {
+                end += 1;
+            }
             let same = &functions[first..end];
             let best = match same {
                 [only] => *only,
