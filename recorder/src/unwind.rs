@@ -11,7 +11,7 @@
 //! before the stack does, the frame-pointer walk the kernel did for the
 //! same sample completes the stack from the last frame both agree on.
 //!
-//! Runs on the ring-buffer thread: a module's sections are read once (a
+//! Runs on the ring-buffer thread: a module's sections are mapped once (a
 //! few hundred KiB for libc and most programs), an unwind is a few
 //! microseconds, and samples come at `--frequency` per CPU. The rules
 //! found in a module are kept with it, at its own addresses, for every
@@ -38,15 +38,18 @@ use crate::{
 
 /// Frames kept per user stack (`HS_STACK_DEPTH`).
 const MAX_FRAMES: usize = 64;
-/// Bytes of unwind sections kept for all modules; past this the modules
-/// start over (and so do the processes' unwinders, which share them),
-/// before the next is read. A module whose sections alone are more is
-/// not read: its frames are walked by frame pointers, as `perf -g` does.
-/// Room for libLLVM's 8.6 MiB and librustc_driver's 6.8 MiB together (a
-/// Rust build); a debug build of a large Rust program carries 17 MiB, and
-/// reading one of those took a switch storm's recorder from 48 to 89 MiB,
-/// over its 64 MiB bound.
-const SECTIONS_BUDGET: usize = 16 << 20;
+/// Bytes of unwind sections (and their rule caches) kept for all modules;
+/// past this, room is made from the modules the process at hand does not
+/// map (and the processes' unwinders, which share them, are rebuilt),
+/// before the next is read. A module whose sections alone are more, or
+/// that finds no room beside the process's others, is not read: its
+/// frames are walked by frame pointers, as `perf -g` does. Room for a
+/// `rustc` process's modules together (16.4 MiB: libLLVM's 8.6,
+/// librustc_driver's 6.8, their rule caches and libc's) and a linker's;
+/// a debug build of a large Rust program carries 17 MiB, and reading one
+/// of those took a switch storm's recorder from 48 to 89 MiB, over its
+/// 64 MiB bound.
+const SECTIONS_BUDGET: usize = 20 << 20;
 /// What one of a module's rule caches costs beside its sections:
 /// framehop's 509 direct-mapped rules of 16 bytes, and its DWARF
 /// evaluation context.
@@ -58,15 +61,53 @@ const RULE_CACHE_BYTES: usize = 12 << 10;
 const FUNCTIONS_PER_RULE_CACHE: usize = 1024;
 const MAX_RULE_CACHES: usize = 32;
 
-/// Section bytes shared by every process that maps the module: the
-/// buffer they were read into, never copied.
+/// Section bytes shared by every process that maps the module: mapped
+/// from the file, never copied, so only the pages unwinding touches count
+/// in the recorder's RSS (and those are the page cache's, shared). Read
+/// into the heap, a `rustc`'s 15 MiB of sections were resident whole for
+/// the few thousand rules a build looks up. A file truncated in place
+/// while mapped would fault, as blazesym's maps of the same files would;
+/// compilers, linkers and package managers write a new file and rename it.
 #[derive(Clone, Default)]
-pub struct Bytes(Arc<Vec<u8>>);
+pub struct Bytes(Option<Arc<MappedSection>>);
+
+/// One section of a file, mapped read-only.
+struct MappedSection {
+    map: memmap2::Mmap,
+    /// Where the section starts in `map`, which starts on a page.
+    start: usize,
+}
+
+impl Bytes {
+    /// Maps `section` of `file`.
+    fn map(file: &File, section: &elf::Section) -> Option<Bytes> {
+        const PAGE: u64 = 4096;
+        let page_start = section.offset / PAGE * PAGE;
+        let start = usize::try_from(section.offset - page_start).ok()?;
+        let len = start.checked_add(usize::try_from(section.size).ok()?)?;
+        if section.offset.checked_add(section.size)? > file.metadata().ok()?.len() {
+            return None;
+        }
+        // SAFETY: a read-only map of a regular file; what it reads stays
+        // valid unless the file is truncated in place (see `Bytes`).
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(page_start)
+                .len(len)
+                .map(file)
+        }
+        .ok()?;
+        Some(Bytes(Some(Arc::new(MappedSection { map, start }))))
+    }
+}
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Some(section) => &section.map[section.start..],
+            None => &[],
+        }
     }
 }
 
@@ -91,8 +132,7 @@ impl ModuleSections {
         let find = |name: &[u8]| sections.iter().find(|s| s.name == name && s.size > 0);
         let range = |s: &elf::Section| s.address..s.address + s.size;
         let load = |s: &elf::Section| -> Option<(std::ops::Range<u64>, Bytes)> {
-            let data = elf::section_data(&file, s).ok()?;
-            Some((range(s), Bytes(Arc::new(data))))
+            Some((range(s), Bytes::map(&file, s)?))
         };
         let eh_frame = find(b".eh_frame")?;
         let eh_frame_hdr = find(b".eh_frame_hdr");
@@ -266,7 +306,21 @@ impl Default for Unwinders {
 }
 
 impl Unwinders {
-    fn module(&mut self, name: &str, open_path: &str, key: String) -> Option<Arc<ModuleUnwinder>> {
+    /// The unwinder of the module file `key`, read now if it is new;
+    /// room is made from the modules not `in_use` by the process at hand.
+    ///
+    /// Every module went when one more did not fit, those of the process
+    /// at hand too, which it went on holding uncounted: a `rustc` process's
+    /// modules were 0.4 MiB over the budget, so each new one read its
+    /// 15 MiB of sections afresh and held them, and beside a Rust build
+    /// the recorder's heap held 45 MiB of sections.
+    fn module(
+        &mut self,
+        name: &str,
+        open_path: &str,
+        key: String,
+        in_use: &[String],
+    ) -> Option<Arc<ModuleUnwinder>> {
         if let Some(found) = self.modules.get(&key) {
             return found.clone();
         }
@@ -276,11 +330,14 @@ impl Unwinders {
                 return false;
             }
             if self.module_bytes + size > budget {
-                self.modules.clear();
-                self.module_bytes = 0;
-                self.generation += 1;
+                let held = self.modules.len();
+                self.modules.retain(|key, _| in_use.contains(key));
+                if self.modules.len() < held {
+                    self.module_bytes = (self.modules.values().flatten()).map(|m| m.bytes()).sum();
+                    self.generation += 1;
+                }
             }
-            true
+            self.module_bytes + size <= budget
         })
         .map(|sections| Arc::new(ModuleUnwinder::new(name, sections)));
         if let Some(m) = &read {
@@ -299,18 +356,22 @@ impl Unwinders {
         &mut self,
         modules: impl IntoIterator<Item = (&'m Mapping, String, String)>,
     ) -> ProcessUnwinder {
-        let mut mapped: Vec<MappedModule> = modules
-            .into_iter()
-            .filter_map(|(mapping, open_path, key)| {
-                let name = mapping.path.as_deref().unwrap_or_default();
-                let module = self.module(name, &open_path, key)?;
-                Some(MappedModule {
+        let mut mapped: Vec<MappedModule> = Vec::new();
+        let mut in_use: Vec<String> = Vec::new();
+        for (mapping, open_path, key) in modules {
+            let name = mapping.path.as_deref().unwrap_or_default();
+            let Some(module) = self.module(name, &open_path, key.clone(), &in_use) else {
+                continue;
+            };
+            in_use.push(key);
+            if let Some(bias) = module.sections.bias(mapping) {
+                mapped.push(MappedModule {
                     avma: mapping.start..mapping.end,
-                    bias: module.sections.bias(mapping)?,
+                    bias,
                     module,
-                })
-            })
-            .collect();
+                });
+            }
+        }
         mapped.sort_unstable_by_key(|m| m.avma.start);
         ProcessUnwinder(mapped)
     }
@@ -556,14 +617,14 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let exe = exe.to_str().unwrap();
         let size = Unwinders::default()
-            .module("exe", exe, "exe".into())
+            .module("exe", exe, "exe".into(), &[])
             .expect("this test binary has .eh_frame")
             .bytes();
         let mut small = Unwinders {
             budget: size - 1,
             ..Unwinders::default()
         };
-        assert!(small.module("exe", exe, "exe".into()).is_none());
+        assert!(small.module("exe", exe, "exe".into(), &[]).is_none());
         assert_eq!(small.module_bytes, 0);
         // Two modules that each fit but not together: the first goes
         // before the second is read, so the budget is never passed.
@@ -571,10 +632,20 @@ mod tests {
             budget: size + size / 2,
             ..Unwinders::default()
         };
-        assert!(two.module("exe", exe, "first".into()).is_some());
-        assert!(two.module("exe", exe, "second".into()).is_some());
+        assert!(two.module("exe", exe, "first".into(), &[]).is_some());
+        assert!(two.module("exe", exe, "second".into(), &[]).is_some());
         assert_eq!((two.module_bytes, two.generation), (size, 1));
         assert!(!two.modules.contains_key("first"));
+        // Room is not made from the process's own modules: the one that
+        // does not fit beside them is not read, and they stay counted.
+        let in_use = ["second".to_owned()];
+        assert!(two.module("exe", exe, "third".into(), &in_use).is_none());
+        assert_eq!((two.module_bytes, two.generation), (size, 1));
+        assert!(two.modules["second"].is_some());
+        // Another process's modules make room as before.
+        assert!(two.module("exe", exe, "fourth".into(), &[]).is_some());
+        assert_eq!((two.module_bytes, two.generation), (size, 2));
+        assert!(!two.modules.contains_key("second"));
     }
 
     #[test]
