@@ -514,6 +514,11 @@ impl FunctionIndex {
         })
     }
 
+    /// Bytes it holds in memory.
+    pub fn bytes(&self) -> usize {
+        self.functions.capacity() * std::mem::size_of::<IndexedFunction>()
+    }
+
     /// The function at `address` (its start and its name as the table
     /// spells it, mangled or not).
     pub fn lookup(&self, address: u64) -> Option<(u64, String)> {

@@ -1151,14 +1151,19 @@ impl Modules {
             );
         }
         let facts = &self.namings[path];
+        let mut built = false;
         for file in &facts.indexed {
             self.index_uses += 1;
-            let indexed = (self.indexes.entry(file.clone())).or_insert_with(|| IndexedFile {
-                index: FunctionIndex::build(file, MAX_INDEXED_FUNCTIONS),
-                used: 0,
+            let indexed = (self.indexes.entry(file.clone())).or_insert_with(|| {
+                built = true;
+                IndexedFile {
+                    index: FunctionIndex::build(file, MAX_INDEXED_FUNCTIONS),
+                    used: 0,
+                }
             });
             indexed.used = self.index_uses;
         }
+
         name_user_frame(
             &self.symbolizer,
             &self.indexes,
@@ -1168,6 +1173,9 @@ impl Modules {
             facts,
             row,
         );
+        if built {
+            self.keep_indexes_within_budget();
+        }
         // Idle time counts from the end of the work: parsing a large module
         // can itself take longer than IDLE_RELEASE.
         self.last_user_frame = Instant::now();
@@ -1220,6 +1228,23 @@ impl Modules {
         }
         if self.indexes.is_empty() {
             self.resident_at_release = (self.resident)().unwrap_or(0);
+        }
+    }
+
+    /// Lets go of the least recently used function indexes until those
+    /// left hold at most [`Modules::budget`] together, or one is left. The
+    /// resident size alone does not bound them: it is read against what
+    /// the recorder held at the last release, and what other threads let go
+    /// of since made room for a third index of 6 MiB beside the CI's tests.
+    fn keep_indexes_within_budget(&mut self) {
+        let bytes = |indexes: &FunctionIndexes| -> u64 {
+            (indexes.values())
+                .filter_map(|indexed| indexed.index.as_ref())
+                .map(|index| index.bytes() as u64)
+                .sum()
+        };
+        while self.indexes.len() > 1 && bytes(&self.indexes) > self.budget {
+            self.release_indexes(self.indexes.len() - 1);
         }
     }
 
@@ -2111,6 +2136,14 @@ pub(crate) mod tests {
         modules.last_user_frame -= IDLE_RELEASE;
         modules.release_between_bursts();
         assert!(modules.indexes.is_empty());
+        // Together within the budget by their own size, however the
+        // resident size reads: the least recently used goes.
+        let exe_index = FunctionIndex::build(&exe, MAX_INDEXED_FUNCTIONS).unwrap();
+        modules.budget = exe_index.bytes() as u64;
+        name(&mut modules, &program, program_main);
+        assert_eq!(held(&modules), std::slice::from_ref(&program));
+        name(&mut modules, &exe, exe_offset);
+        assert_eq!(held(&modules), std::slice::from_ref(&exe));
     }
 
     #[test]
