@@ -45,7 +45,11 @@
 # -b/--builds N runs the build N times from clean, one after another, in each
 # run: a build host's minutes, over which frames seen once (hindsight writes
 # a frame once a recording) are a smaller share of the bytes.
-# Per run (parts 3 and 5; the tool's CPU counted from 3 s after its start,
+# Part 6, a Rust build: `cargo build -j<CPUs>` from clean of a small program
+# using clap, regex and serde_json (this tree's versions, offline), as
+# bare-rust, hs-rust and perf-rust: rustc processes, whose librustc_driver and
+# libLLVM carry 15 MiB of unwind tables and tens of MB of symbols.
+# Per run (parts 3, 5 and 6; the tool's CPU counted from 3 s after its start,
 # past its one-time work): samples, bytes on disk for them (hindsight: the cpu_sample,
 # stack and frame tables; perf: perf.data), processes started, the share
 # of those processes' user frames named (hindsight's frame table; perf
@@ -65,7 +69,7 @@
 # Run as root from anywhere (it builds the release recorder first):
 #   bench/stacks.sh                  # 5 rounds, 20 s burns, 300000 loops
 #   bench/stacks.sh -r 3 -d 10 -l 200000
-#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit,build)
+#   bench/stacks.sh --parts churn -r 3   # only part 3 (parts: sampling,storm,churn,jit,build,rust)
 #   bench/stacks.sh --parts build -r 3 -b 4   # part 5, four builds a run
 # Flags: -r/--rounds N, -d/--duration SECONDS, -l/--loops N, -p/--parts LIST, -b/--builds N,
 # -k/--keep, --no-build. RECORDER=PATH records with another build (with
@@ -80,7 +84,7 @@ LOOPS=${LOOPS:-300000}
 BUILDS=${BUILDS:-1}
 KEEP=0
 BUILD=1
-PARTS=sampling,storm,churn,jit,build
+PARTS=sampling,storm,churn,jit,build,rust
 
 die() {
     echo "stacks.sh: $*" >&2
@@ -277,6 +281,57 @@ all: \$(OBJS)
 	cc -O2 -g -c \$< -o \$@
 MAKEFILE
 }
+# Part 6: a Rust build, `cargo build -j<CPUs>` from clean of a small program
+# using clap, regex and serde_json (this tree's versions, offline from Cargo's
+# registry): rustc processes that map librustc_driver and libLLVM (15 MiB of
+# unwind tables, 150 and 200 MB files), build scripts, cc and the linker.
+RUST_COMMS='rustc|cargo|cc|ld|collect2|build-script-b'
+rust_project() { # writes $tmp/rust-project
+    local project=$tmp/rust-project
+    mkdir -p "$project/src"
+    cat >"$project/Cargo.toml" <<'TOML'
+[package]
+name = "churn-rust"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+clap = { version = "4", features = ["derive"] }
+regex = "1"
+serde_json = "1"
+TOML
+    cat >"$project/src/main.rs" <<'RUST'
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "a+")]
+    pattern: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    let matched = regex::Regex::new(&args.pattern).unwrap().is_match("aaa");
+    println!("{}", serde_json::json!({ "matched": matched }));
+}
+RUST
+    # This tree's lock: the same versions, found offline.
+    cp "$root/Cargo.lock" "$project/"
+    (cd "$project" && cargo fetch --offline -q) ||
+        die "part rust builds clap, regex and serde_json from Cargo's registry: run cargo fetch in $root"
+}
+rust() { # prints the pids the builds allocated (as build does)
+    local first last max i
+    max=$(cat /proc/sys/kernel/pid_max)
+    first=$(cut -d ' ' -f 5 /proc/loadavg)
+    for ((i = 0; i < BUILDS; i++)); do
+        rm -rf "$tmp/rust-target"
+        (cd "$tmp/rust-project" && CARGO_TARGET_DIR=$tmp/rust-target cargo build --offline -q -j"$(nproc)") \
+            >/dev/null 2>"$tmp/rust.err" || die "the Rust build failed: $(tail -5 "$tmp/rust.err")"
+    done
+    last=$(cut -d ' ' -f 5 /proc/loadavg)
+    echo $(((last - first + max) % max))
+}
 build() { # prints the pids the builds allocated (their processes and threads, and anyone else's meanwhile)
     local first last max i
     max=$(cat /proc/sys/kernel/pid_max)
@@ -305,7 +360,7 @@ run_procs() { # ROUND CONFIG WORKLOAD COMMS
     # counters too: the recorder's own counters (modules_opened) are there.
     hs-churn) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" --events cpu,counters ;;
     # A build at the defaults (every always-on group), as a host records it.
-    hs-build) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" ;;
+    hs-build | hs-rust) start_tool "$out.err" '^hindsight-record: recording ' "$recorder" --output "$out" ;;
     perf-*) start_tool "$out.err" '' perf record -F 49 -a -g -o "$out.data" ;;
     esac
     # Past the tool's start (hindsight reads kallsyms, about 40 ms of CPU;
@@ -464,10 +519,11 @@ if part churn; then
     head -c $((4 << 20)) /dev/urandom >"$blob"
     seq 1 100000 | awk '{ print ($1 * 7919) % 100003 }' >"$words"
 fi
-if part churn || part build; then
+if part churn || part build || part rust; then
     [[ -x $analyzer ]] || echo "no $analyzer: named % and modules opened are not read" >&2
 fi
 if part build; then build_makefile; fi
+if part rust; then rust_project; fi
 if part jit; then
     command -v javac >/dev/null || apt-get install -y default-jdk-headless
     [[ -x $analyzer ]] || die "part jit reads hindsight's recordings with $analyzer: build it"
@@ -496,6 +552,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     if part build; then
         for config in bare-build hs-build perf-build; do run_procs "$round" "$config" build "$BUILD_COMMS"; done
+    fi
+    if part rust; then
+        for config in bare-rust hs-rust perf-rust; do run_procs "$round" "$config" rust "$RUST_COMMS"; done
     fi
     if part jit; then
         for config in $JIT_CONFIGS; do run_jit "$round" "$config"; done
@@ -567,6 +626,12 @@ if part build; then
     echo
     procs_table bare-build hs-build perf-build
 fi
+if part rust; then
+    echo
+    echo "A Rust build (cargo build -j$(nproc) from clean of a program using clap, regex and serde_json; $BUILDS a run); hindsight at the defaults, perf at 49 Hz:"
+    echo
+    procs_table bare-rust hs-rust perf-rust
+fi
 if part churn; then
     echo
     echo "The same processes under both (both-churn): functions perf named in 5 or more of the five programs' user frames, and those hindsight named less than a fifth as often:"
@@ -598,6 +663,6 @@ echo "Raw results (one line per run):"
 echo
 echo '```'
 if part sampling || part storm; then column -t "$results"; fi
-if part churn || part build; then column -t "$churn_results"; fi
+if part churn || part build || part rust; then column -t "$churn_results"; fi
 if part jit; then column -t "$jit_results"; fi
 echo '```'
