@@ -317,8 +317,6 @@ fn main() {
 RUST
     # This tree's lock: the same versions, found offline.
     cp "$root/Cargo.lock" "$project/"
-    (cd "$project" && cargo fetch --offline -q) ||
-        die "part rust builds clap, regex and serde_json from Cargo's registry: run cargo fetch in $root"
 }
 rust() { # prints the pids the builds allocated (as build does)
     local first last max i
@@ -327,7 +325,8 @@ rust() { # prints the pids the builds allocated (as build does)
     for ((i = 0; i < BUILDS; i++)); do
         rm -rf "$tmp/rust-target"
         (cd "$tmp/rust-project" && CARGO_TARGET_DIR=$tmp/rust-target cargo build --offline -q -j"$(nproc)") \
-            >/dev/null 2>"$tmp/rust.err" || die "the Rust build failed: $(tail -5 "$tmp/rust.err")"
+            >/dev/null 2>"$tmp/rust.err" ||
+            die "the Rust build (offline, from Cargo's registry: cargo fetch in $root first) failed: $(tail -5 "$tmp/rust.err")"
     done
     last=$(cut -d ' ' -f 5 /proc/loadavg)
     echo $(((last - first + max) % max))

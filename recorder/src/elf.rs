@@ -274,12 +274,15 @@ pub struct SymbolTable {
 /// A symbol table at least this large is not handed to blazesym, nor read
 /// whole by [`SymbolTable::read`]: its frames are named by a
 /// [`FunctionIndex`]. blazesym maps the file, touches the whole table and
-/// sorts an index of 8 B a symbol, all of it in the recorder's RSS: a debug
+/// sorts an index of 8 B a symbol, all of it in the recorder's RSS, and
+/// does it again each time the symbolizer lets go of its modules: a debug
 /// build's test binary (670,000 symbols, a 16 MB `.symtab` and a 70 MB
-/// `.strtab`) took the recorder from 44 MiB to 74-122 MiB. Tables of
-/// ordinary programs and libraries are far below it (libLLVM's `.dynsym`
-/// is 1 MiB).
-pub const LARGE_SYMBOL_TABLE: u64 = 4 << 20;
+/// `.strtab`) took the recorder from 44 MiB to 74-122 MiB, and rustc's
+/// librustc_driver (a 4.0 MB `.symtab`), opened again and again through a
+/// Rust build, cost the symbolizer 0.8-1.1 s of CPU in an 11-12 s build
+/// (indexed: 0.14-0.30 s in 3 rounds of 5, 0.9-1.4 s in the other 2).
+/// libc's and most programs' tables are far below it.
+pub const LARGE_SYMBOL_TABLE: u64 = 1 << 20;
 
 /// The table that names `file`'s functions (`.symtab`, else `.dynsym`),
 /// whether it is `.dynsym`, and its string table.
