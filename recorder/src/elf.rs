@@ -903,24 +903,6 @@ mod tests {
         assert!(segments >= 2, "{text}");
     }
 
-    /// Every PLT stub's name against objdump's label for it, in a program
-    /// (symbol relocations) and in libc (mostly `IRELATIVE`, for which the
-    /// `IFUNC` is named where objdump prints `*ABS*+0x<resolver>`).
-    /// The address `nm` gives `symbol` in `module`.
-    fn nm_address(module: &Path, symbol: &str) -> u64 {
-        let out = std::process::Command::new("nm")
-            .arg(module)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() == 3 && f[2] == symbol).then(|| u64::from_str_radix(f[0], 16).unwrap())
-            })
-            .unwrap()
-    }
-
     #[test]
     fn an_index_reaches_a_sizeless_function_to_the_next_and_holds_no_more_than_its_most() {
         let dir = tempfile::tempdir().unwrap();
@@ -935,7 +917,9 @@ mod tests {
             &["-O1"],
         );
         let index = FunctionIndex::build(&exe, usize::MAX).unwrap();
-        let (bare, after) = (nm_address(&exe, "bare"), nm_address(&exe, "after"));
+        let symbols = crate::symbolize::tests::readelf_symbols(&exe, "-s");
+        let address = |name: &str| symbols.iter().find(|s| s.4 == name).unwrap().0;
+        let (bare, after) = (address("bare"), address("after"));
         assert!(bare < after);
         let named = |address| index.lookup(address);
         assert_eq!(named(bare + 4), Some((bare, "bare".to_owned())));
@@ -948,6 +932,9 @@ mod tests {
         assert!(FunctionIndex::build(&exe, functions - 1).is_none());
     }
 
+    /// Every PLT stub's name against objdump's label for it, in a program
+    /// (symbol relocations) and in libc (mostly `IRELATIVE`, for which the
+    /// `IFUNC` is named where objdump prints `*ABS*+0x<resolver>`).
     #[test]
     fn plt_stubs_are_named_as_objdump_names_them() {
         for module in ["/usr/bin/bash", "/lib/x86_64-linux-gnu/libc.so.6"] {

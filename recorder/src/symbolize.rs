@@ -1679,7 +1679,10 @@ pub(crate) mod tests {
 
     /// The symbols `readelf -W` lists with `table` (`-s`, `--dyn-syms`) in
     /// the ELF `module`: (value, size, type, section, name without version).
-    fn readelf_symbols(module: &Path, table: &str) -> Vec<(u64, u64, String, String, String)> {
+    pub(crate) fn readelf_symbols(
+        module: &Path,
+        table: &str,
+    ) -> Vec<(u64, u64, String, String, String)> {
         let out = std::process::Command::new("readelf")
             .args(["-W", table])
             .arg(module)

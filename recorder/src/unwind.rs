@@ -41,15 +41,17 @@ const MAX_FRAMES: usize = 64;
 /// Bytes of unwind sections (and their rule caches) kept for all modules;
 /// past this, room is made from the modules the process at hand does not
 /// map (and the processes' unwinders, which share them, are rebuilt),
-/// before the next is read. A module whose sections alone are more, or
-/// that finds no room beside the process's others, is not read: its
-/// frames are walked by frame pointers, as `perf -g` does. Room for a
-/// `rustc` process's modules together (16.4 MiB: libLLVM's 8.6,
-/// librustc_driver's 6.8, their rule caches and libc's) and a linker's;
-/// a debug build of a large Rust program carries 17 MiB, and reading one
-/// of those took a switch storm's recorder from 48 to 89 MiB, over its
-/// 64 MiB bound.
+/// before the next is mapped. A module that finds no room beside the
+/// process's others is not mapped: its frames are walked by frame
+/// pointers, as `perf -g` does. Room for a `rustc` process's modules
+/// together (16.4 MiB: libLLVM's 8.6, librustc_driver's 6.8, their rule
+/// caches and libc's) and a linker's.
 const SECTIONS_BUDGET: usize = 20 << 20;
+/// A module whose sections alone are more than this is not mapped either:
+/// a debug build of a large Rust program carries 17-19 MiB, and reading
+/// one took a switch storm's recorder from 48 to 89 MiB; mapped, beside
+/// this project's tests, 15 MiB of the debug analyzer's were resident.
+const MAX_MODULE_SECTIONS: usize = 16 << 20;
 /// What one of a module's rule caches costs beside its sections:
 /// framehop's 509 direct-mapped rules of 16 bytes, and its DWARF
 /// evaluation context.
@@ -326,7 +328,7 @@ impl Unwinders {
         }
         let budget = self.budget;
         let read = ModuleSections::read(Path::new(open_path), |size| {
-            if size > budget {
+            if size > budget.min(MAX_MODULE_SECTIONS) {
                 return false;
             }
             if self.module_bytes + size > budget {
