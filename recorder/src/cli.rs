@@ -42,14 +42,16 @@ dist/hindsight-record.service runs it as a service):
 
 Memory is bounded whatever the event rate: rows are buffered in batches of 16K
 per table and row groups of 32K; the symbolizer lets go of the binaries it
-names once they hold 12 MiB, and names a binary with over 16 MiB of DWARF from
-its symbol table alone; when the disk or encoder falls behind, the kernel
+names once they hold 12 MiB, names a binary with over 16 MiB of DWARF from
+its symbol table alone, and one whose symbol table is 1 MiB or more from an
+index of its functions; the unwinder maps at most 20 MiB of call frame
+information; when the disk or encoder falls behind, the kernel
 drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 48 MiB RSS at the peak of a context-switch storm;
 47 MiB median and 55 MiB at the peak of a 30-minute mixed workload whose
-binaries the CPU sampler had to name. Bound: 64 MiB, except while it names
-frames of debug builds with tens of MB of symbols (95-122 MiB peak beside a
-Rust debug build and its tests; see BENCHMARKS.md).
+binaries the CPU sampler had to name; 45-53 MiB through a Rust build. Bound:
+64 MiB, except beside a Rust project's debug test suite (85-91 MiB beside
+this project's own; see BENCHMARKS.md).
 A larger --ring-size costs twice its size for each of the sched and faults
 rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
 every ring is mapped twice over.
