@@ -1199,7 +1199,7 @@ impl Modules {
         }
         if self.last_user_frame.elapsed() >= IDLE_RELEASE {
             self.release();
-            self.release_indexes(0);
+            self.release_indexes();
         } else if self.budget_checked_at.elapsed() >= BUDGET_CHECK_INTERVAL {
             self.budget_checked_at = Instant::now();
             if self.over_budget() {
@@ -1224,7 +1224,7 @@ impl Modules {
         self.open.clear();
         return_free_heap();
         while !self.indexes.is_empty() && self.over_budget() {
-            self.release_indexes(self.indexes.len() - 1);
+            self.release_least_recently_used_index();
         }
         if self.indexes.is_empty() {
             self.resident_at_release = (self.resident)().unwrap_or(0);
@@ -1244,24 +1244,26 @@ impl Modules {
                 .sum()
         };
         while self.indexes.len() > 1 && bytes(&self.indexes) > self.budget {
-            self.release_indexes(self.indexes.len() - 1);
+            self.release_least_recently_used_index();
         }
     }
 
-    /// Lets go of all but the `keep` most recently used function indexes.
-    fn release_indexes(&mut self, keep: usize) {
-        if self.indexes.len() <= keep {
-            return;
+    /// Lets go of the function index used longest ago.
+    fn release_least_recently_used_index(&mut self) {
+        let oldest = (self.indexes.iter())
+            .min_by_key(|(_, indexed)| indexed.used)
+            .map(|(file, _)| file.clone());
+        if let Some(file) = oldest {
+            self.indexes.remove(&file);
+            return_free_heap();
         }
-        let mut uses: Vec<u64> = self.indexes.values().map(|indexed| indexed.used).collect();
-        uses.sort_unstable_by(|a, b| b.cmp(a));
-        let oldest_kept = uses.get(keep.wrapping_sub(1)).copied();
-        self.indexes
-            .retain(|_, indexed| keep > 0 && Some(indexed.used) >= oldest_kept);
+    }
+
+    /// Lets go of every function index; the budget counts from here.
+    fn release_indexes(&mut self) {
+        self.indexes.clear();
         return_free_heap();
-        if self.indexes.is_empty() {
-            self.resident_at_release = (self.resident)().unwrap_or(0);
-        }
+        self.resident_at_release = (self.resident)().unwrap_or(0);
     }
 }
 
@@ -2120,7 +2122,7 @@ pub(crate) mod tests {
         assert_eq!(held(&modules), both);
         // The least recently used goes first.
         name(&mut modules, &program, program_main);
-        modules.release_indexes(1);
+        modules.release_least_recently_used_index();
         assert_eq!(held(&modules), std::slice::from_ref(&program));
         // Over budget with the modules gone: the indexes go too, and the
         // budget counts again from there.
