@@ -465,7 +465,12 @@ impl FrameRows {
         self.frame_id.append_value(f.frame_id);
         self.kind
             .append_value(if f.kernel { "kernel" } else { "user" });
-        self.address.append_value(f.address);
+        // A file's frame is one frame in every process that maps the file,
+        // each at its own address: an address would say where the first
+        // of them had it, and took a fifth of a Rust build's `frame` bytes
+        // (BENCHMARKS.md, "A frame in a file known by its offset alone").
+        self.address
+            .append_option(f.file_offset.is_none().then_some(f.address));
         self.module.append_option(f.module.as_deref());
         self.build_id.append_option(f.build_id.as_deref());
         self.file_offset.append_option(f.file_offset);

@@ -412,7 +412,7 @@ pub static FRAME: Table = Table {
     columns: &[
         col("frame_id", Int64, "", "The frame's id: one per frame identity (kind, module (build id, else path) and file offset for user frames; the address for kernel frames) in every chunk and every process of a recorder's run, counted up from a random start drawn per run, so runs and hosts read together do not share ids."),
         col("kind", Name, "", "`kernel` or `user`."),
-        col("address", UInt64, "", "Virtual address of the instruction (a return address for all but the leaf), in the first process it was seen in for user frames."),
+        nullable("address", UInt64, "", "Virtual address of the instruction (a return address for all but the leaf) for kernel frames and code in no file (JIT, anonymous memory). Null for frames in a file, which `module` (or `build_id`) and `file_offset` name in every process that maps it: each maps it at its own address. Recordings whose files declare this column not nullable hold, for those, the address in the first process the frame was seen in."),
         nullable("module", Text, "", "Path of the file mapped at the address (`[kernel]` or `[<module>]` for kernel frames); null for anonymous memory."),
         nullable("build_id", Text, "", "GNU build id of the module, in hex, where it has one: re-symbolize elsewhere with it."),
         nullable("file_offset", UInt64, "bytes", "Offset of the address in the module file (for `[vdso]`, in the kernel's vDSO image, which the recorder names and unwinds from its own copy); null for kernel and anonymous frames."),

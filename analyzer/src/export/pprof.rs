@@ -34,7 +34,7 @@ pub fn sql(o: &Options) -> String {
     format!(
         "WITH {},\n{}\n\
          SELECT w.comm, w.stack_id, CAST(w.weight AS BIGINT) AS weight, n.depth, n.frame_id, n.name,\n  \
-         n.kind, n.module, n.build_id, n.address, n.function, n.file, n.line\n\
+         n.kind, n.module, n.build_id, n.address, n.file_offset, n.function, n.file, n.line\n\
          FROM weights w\n\
          LEFT JOIN named n ON n.stack_id = w.stack_id\n\
          WHERE w.weight > 0\n\
@@ -236,6 +236,7 @@ impl Builder {
         let module = strings(batch, "module")?;
         let build_id = strings(batch, "build_id")?;
         let address = u64s(batch, "address")?;
+        let file_offset = u64s(batch, "file_offset")?;
         let function = strings(batch, "function")?;
         let file = strings(batch, "file")?;
         let line = i64s(batch, "line")?;
@@ -263,7 +264,12 @@ impl Builder {
             let module_name = opt_str(&module, row).map(str::to_owned);
             let build = opt_str(&build_id, row).map(str::to_owned);
             let source_line = opt_i64(&line, row).unwrap_or(0);
-            let pc = opt_u64(&address, row).unwrap_or(0);
+            // A mapping here starts at 0 with offset 0, so a frame in a file
+            // is at its file offset, as pprof turns addresses into offsets
+            // to look them up in the binary.
+            let pc = opt_u64(&file_offset, row)
+                .or(opt_u64(&address, row))
+                .unwrap_or(0);
             let id = self.location(LocationKey::Frame(frame), |b| {
                 let function_id =
                     b.function(&frame_name, raw_function.as_deref(), file_name.as_deref());
@@ -349,6 +355,7 @@ mod tests {
             text("module"),
             text("build_id"),
             Field::new("address", DataType::UInt64, true),
+            Field::new("file_offset", DataType::UInt64, true),
             text("function"),
             text("file"),
             int("line"),
@@ -367,6 +374,9 @@ mod tests {
                 )),
                 nulls(),
                 Arc::new(UInt64Array::from(vec![Some(u64::MAX); n])),
+                Arc::new(UInt64Array::from_iter(
+                    rows.iter().map(|r| (r.3 == Some(11)).then_some(0x1234)),
+                )),
                 nulls(),
                 nulls(),
                 Arc::new(Int64Array::from(vec![None; n])),
@@ -433,7 +443,9 @@ mod tests {
         // Frames 10 and 11, and the two threads: four locations, one mapping.
         assert_eq!(p.location.len(), 4);
         assert_eq!(p.mapping.len(), 1);
-        assert_eq!(p.location[0].address, u64::MAX);
+        // Frame 11 is in a file, at its offset; frame 10 only at its address.
+        assert_eq!(p.location[0].address, 0x1234);
+        assert_eq!(p.location[1].address, u64::MAX);
         assert_eq!(p.string_table[0], "");
         assert_eq!(p.period, 10_000_000);
         let t = &p.sample_type[p.sample_type.len() - 1];

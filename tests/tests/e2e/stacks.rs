@@ -518,7 +518,7 @@ fn a_container_job_that_exits_before_the_symbolizer_reaches_it_is_named() {
 /// Runs `runs` short processes of the frame-pointer workload, each as
 /// `wrap` starts it (nothing, or `unshare` into its own mount namespace),
 /// under a recorder sampling at [`FREQUENCY`]; then checks that every frame
-/// in the binary in their samples is named, that each code address has one
+/// in the binary in their samples is named, that each offset in it has one
 /// frame row, and that the recorder opened fewer modules than half the
 /// runs (one parse a process would be at least `runs`). Returns the
 /// modules opened.
@@ -618,16 +618,19 @@ fn short_processes_of_one_binary(runs: usize, wrap: &[&str]) -> i64 {
         anonymous * 200 <= user_frames,
         "{anonymous} of {user_frames} user frames in no mapping the recorder read"
     );
-    // One frame row per code address, whichever process ran it.
+    // One frame row per offset in the binary, whichever process ran it,
+    // and no one process's address for it.
     let rows = sql(
         &rec,
         &format!(
-            "SELECT count(*) AS n, count(DISTINCT frame_id) AS ids, count(DISTINCT address) AS addresses
+            "SELECT count(*) AS n, count(DISTINCT frame_id) AS ids,
+                    count(DISTINCT file_offset) AS offsets, count(address) AS addresses
              FROM frame WHERE module = '{module}'"
         ),
     );
     assert_eq!(rows[0]["n"], rows[0]["ids"], "{rows:?}");
-    assert_eq!(rows[0]["ids"], rows[0]["addresses"], "{rows:?}");
+    assert_eq!(rows[0]["ids"], rows[0]["offsets"], "{rows:?}");
+    assert_eq!(rows[0]["addresses"], 0, "{rows:?}");
     // The recorder's own count of modules it opened over the whole run:
     // opened again only where the symbolizer let go of modules (more than
     // 16 at once, idle, over its memory budget) and one came back.
