@@ -102,7 +102,7 @@ pub fn writer_properties(
     let ts = ColumnPath::from("ts");
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid zstd level"),
+            ZstdLevel::try_new(zstd_level(table)).expect("valid zstd level"),
         ))
         .set_column_dictionary_enabled(ts.clone(), false)
         .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
@@ -157,6 +157,21 @@ pub fn writer_properties(
         .set_sorting_columns(Some(sorting))
         .set_key_value_metadata(Some(metadata))
         .build()
+}
+
+/// zstd's level for a table's pages. The reference tables' rows are
+/// written once each and are mostly names (a Rust function's demangled
+/// name runs to hundreds of bytes): level 9 took 6.7 % fewer of a Rust
+/// build's `frame` and `stack` bytes than 3, and no more time to write
+/// that could be told apart (9-10 ms for their 89 KB, either level;
+/// BENCHMARKS.md, "A frame in a file known by its offset alone"). The
+/// event tables' millions of rows keep the cheaper level.
+fn zstd_level(table: &Table) -> i32 {
+    if crate::tables::REFERENCE_TABLES.contains(&table.name) {
+        9
+    } else {
+        3
+    }
 }
 
 /// Strings a table is not sorted by: a row group holds threads of every
