@@ -52,16 +52,23 @@ const SECTIONS_BUDGET: usize = 20 << 20;
 /// one took a switch storm's recorder from 48 to 89 MiB; mapped, beside
 /// this project's tests, 15 MiB of the debug analyzer's were resident.
 const MAX_MODULE_SECTIONS: usize = 16 << 20;
-/// What one of a module's rule caches costs beside its sections:
-/// framehop's 509 direct-mapped rules of 16 bytes, and its DWARF
-/// evaluation context.
-const RULE_CACHE_BYTES: usize = 12 << 10;
+/// What one of a module's rule caches costs beside its sections: 33,048
+/// bytes allocated (`tests/rule_cache_bytes.rs`), 8 KiB of them framehop's
+/// 509 direct-mapped rules and the rest gimli's context for evaluating
+/// DWARF call frame instructions (four rows of 192 register rules). Charged
+/// at 12 KiB before, the caches beside this project's tests took 12 MB of
+/// heap (heaptrack, at the recorder's peak) where the budget saw 4.4 MiB.
+pub const RULE_CACHE_BYTES: usize = 33 << 10;
 /// Functions (`.eh_frame` entries) a module has per rule cache, and the
 /// most caches one has: a build's `cc1` has 45,000 functions and was
 /// sampled at 13,000 addresses a process, which one cache's 509 slots
-/// kept evicting each other from.
-const FUNCTIONS_PER_RULE_CACHE: usize = 1024;
-const MAX_RULE_CACHES: usize = 32;
+/// kept evicting each other from. Half as many as at first (1,024 and 32),
+/// since a cache was found to cost 33 KiB, not 12: a large module's 1 MiB
+/// of caches became half a MiB, and the ring thread's CPU through a Rust
+/// build did not change that could be measured (BENCHMARKS.md, "A frame in
+/// a file known by its offset alone").
+const FUNCTIONS_PER_RULE_CACHE: usize = 2048;
+const MAX_RULE_CACHES: usize = 16;
 
 /// Section bytes shared by every process that maps the module: mapped
 /// from the file, never copied, so only the pages unwinding touches count
@@ -656,7 +663,7 @@ mod tests {
         let caches = ModuleSections::rule_caches(2_400_000, 361_000);
         assert_eq!(caches, MAX_RULE_CACHES);
         assert_eq!(ModuleSections::rule_caches(17_000, 2_800), 1);
-        assert_eq!(ModuleSections::rule_caches(96 * 1024, 0), 2);
+        assert_eq!(ModuleSections::rule_caches(192 * 1024, 0), 2);
         // framehop's slot is the address modulo 509: addresses 509 apart
         // share it, and so go to different caches, until the caches' span.
         let at = |a: u64| (ModuleUnwinder::cache_of(a, caches), a % 509);

@@ -1,0 +1,45 @@
+//! What one of framehop's rule caches allocates, counted by this test
+//! binary's own allocator (its one test runs alone in its process, so no
+//! other thread's allocations are counted), against what the unwinder's
+//! memory budget charges for it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's layout, as the system allocator requires.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: allocated above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn the_budget_charges_a_rule_cache_what_it_allocates() {
+    const CACHES: usize = 64;
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let caches: Vec<framehop::x86_64::CacheX86_64> = (0..CACHES)
+        .map(|_| framehop::x86_64::CacheX86_64::new())
+        .collect();
+    let each = (LIVE_BYTES.load(Ordering::Relaxed) - before) / CACHES;
+    drop(caches);
+    let charged = hindsight_record::unwind::RULE_CACHE_BYTES;
+    eprintln!("a rule cache allocates {each} bytes; the budget charges {charged}");
+    assert!(
+        each <= charged && charged <= each + each / 8,
+        "a rule cache allocates {each} bytes, the budget charges {charged}"
+    );
+}
