@@ -861,6 +861,7 @@ fn session(config: &Config, host: &crate::procfs::HostInfo) -> Session {
             (true, true) => "dwarf".into(),
             (true, false) => "fp".into(),
         },
+        recorder_pid: Some(std::process::id() as i32),
         ..Default::default()
     }
 }

@@ -119,6 +119,11 @@ pub struct Session {
     /// (`group:name`; those are not in `events`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_probes: Vec<String>,
+    /// The recorder's own process id: what the recorder itself did (its
+    /// start-up reading every running program's symbols, an overload) is
+    /// told from what the system did. Absent in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorder_pid: Option<i32>,
 }
 
 fn default_clock_ticks() -> u32 {

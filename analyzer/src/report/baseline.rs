@@ -36,7 +36,8 @@
 //! first one's start to the last one's end, its peak the interval with the
 //! highest score. Its kinds are those of its departed metrics (cpu,
 //! memory, cache_thrash, io, numa, lost, and new_process for a program with
-//! no history), the highest scoring first. Its contributors are the
+//! no history), the highest scoring first (the timeline puts `recorder`
+//! before them where the recorder itself leads). Its contributors are the
 //! programs whose per-process metrics departed in it, the highest scoring
 //! first, each with the process of that program that did most of it and
 //! its share of the metric's rise over all programs; where none departed,

@@ -233,6 +233,7 @@ impl Env {
                     start: parse_time(&s.started).unwrap_or(i64::MIN),
                     fault_sample: s.fault_sample.max(1),
                     boot_offset: s.clock_offsets.first().map(|o| o.offset_ns),
+                    recorder_pid: s.recorder_pid,
                 })
             })
             .collect();
@@ -522,6 +523,8 @@ pub struct SessionFacts {
     pub fault_sample: u32,
     /// UTC minus the boot clock, ns, as first measured in the session.
     pub boot_offset: Option<i64>,
+    /// The recorder's process id (absent in older recordings).
+    pub recorder_pid: Option<i32>,
 }
 
 /// The name of a process, as an aggregate over rows of its threads

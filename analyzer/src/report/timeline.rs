@@ -19,7 +19,7 @@ use hindsight_schemas::time::rfc3339;
 use serde_json::{json, Value};
 
 use super::baseline::{self, Incident, MetricSpec, Sample, StackShare, StackTime, ThreadShare};
-use super::{pid_list, process_comm, task_deltas, timestamp, Env, ThreadTime};
+use super::{pid_list, process_comm, task_deltas, timestamp, Env, SessionFacts, ThreadTime};
 use crate::columns::{f64s, i32s, i64s, opt_string, optional_i32s, optional_strings, strings};
 use crate::human::{self, Layout, Table};
 use crate::output::Format;
@@ -66,6 +66,10 @@ pub const CACHE_THRASH: &str = "cache_thrash";
 pub const IO: &str = "io";
 pub const NUMA: &str = "numa";
 pub const LOST: &str = "lost";
+/// An incident the recorder itself led (its first contributor): its
+/// start-up, reading the symbols of every program already running from
+/// disk, or its own overload. Shown, and told from the system's doing.
+pub const RECORDER: &str = "recorder";
 
 /// Every metric the timeline watches, with the least rise that counts.
 /// System counters keep their kernel names (`/proc/vmstat`, `/proc/stat`).
@@ -632,7 +636,29 @@ SELECT stack_id, string_agg(name, ';' ORDER BY depth DESC) AS frames FROM named 
 /// is history for the baselines.
 pub fn incidents(samples: &[Sample], env: &Env) -> Vec<Incident> {
     let from = env.from.map(|from| env.interval.align(from));
-    baseline::incidents(samples, METRICS, env.interval.ns(), from, env.sensitivity)
+    let mut incidents =
+        baseline::incidents(samples, METRICS, env.interval.ns(), from, env.sensitivity);
+    for incident in &mut incidents {
+        if led_by_the_recorder(incident, &env.sessions) {
+            incident.kinds.insert(0, RECORDER);
+        }
+    }
+    incidents
+}
+
+/// The incident's first contributor is the recorder of its host that was
+/// running then (the latest session started before the incident ended: a
+/// pid is reused across sessions).
+fn led_by_the_recorder(incident: &Incident, sessions: &[SessionFacts]) -> bool {
+    let Some(first) = incident.contributors.first() else {
+        return false;
+    };
+    sessions
+        .iter()
+        .filter(|s| incident.host.as_ref().is_none_or(|host| *host == s.host))
+        .filter(|s| s.start < incident.end)
+        .max_by_key(|s| s.start)
+        .is_some_and(|s| s.recorder_pid == Some(first.pid))
 }
 
 /// An incident as the JSON contract prints it.
@@ -934,5 +960,73 @@ mod tests {
         assert_eq!(top_stacks(&weights, (&None, 5), 10, 30), None);
         add(&mut weights, 6, 10, None, 3);
         assert_eq!(top_stacks(&weights, (&None, 6), 10, 30), None);
+    }
+
+    #[test]
+    fn an_incident_is_the_recorders_when_its_recorder_then_leads_it() {
+        let session = |host: &str, start: i64, recorder_pid: Option<i32>| SessionFacts {
+            host: host.into(),
+            start,
+            fault_sample: 1,
+            boot_offset: None,
+            recorder_pid,
+        };
+        let incident = |host: Option<&str>, end: i64, first: Option<i32>| Incident {
+            host: host.map(String::from),
+            start: end - 10,
+            end,
+            peak: end - 10,
+            kinds: vec![IO],
+            metrics: Vec::new(),
+            contributors: first
+                .into_iter()
+                .map(|pid| baseline::Contributor {
+                    pid,
+                    comm: None,
+                    metric: "process_offcpu_d".into(),
+                    share: 1.0,
+                    score: 0.0,
+                    threads: Vec::new(),
+                    stacks: Vec::new(),
+                })
+                .collect(),
+        };
+        // The recorder pid 40 ran from 100, a later one, pid 50, from 1000.
+        let sessions = [session("a", 100, Some(40)), session("a", 1000, Some(50))];
+        assert!(led_by_the_recorder(
+            &incident(None, 110, Some(40)),
+            &sessions
+        ));
+        assert!(!led_by_the_recorder(
+            &incident(None, 110, Some(41)),
+            &sessions
+        ));
+        assert!(!led_by_the_recorder(&incident(None, 110, None), &sessions));
+        // After the second session began, pid 40 is someone else's.
+        assert!(!led_by_the_recorder(
+            &incident(None, 1010, Some(40)),
+            &sessions
+        ));
+        assert!(led_by_the_recorder(
+            &incident(None, 1010, Some(50)),
+            &sessions
+        ));
+        // Before any session, or on another host, or in a recording older than the pid: no recorder.
+        assert!(!led_by_the_recorder(
+            &incident(None, 100, Some(40)),
+            &sessions
+        ));
+        assert!(!led_by_the_recorder(
+            &incident(Some("b"), 110, Some(40)),
+            &sessions
+        ));
+        assert!(led_by_the_recorder(
+            &incident(Some("a"), 110, Some(40)),
+            &sessions
+        ));
+        assert!(!led_by_the_recorder(
+            &incident(None, 110, Some(40)),
+            &[session("a", 100, None)]
+        ));
     }
 }

@@ -237,7 +237,8 @@ fn timeline_finds_one_injected_burst_and_nothing_in_the_quiet() {
 /// on the real kernel by a program of its own between quiet stretches:
 /// the timeline finds each as an incident of its kind with that program
 /// among its first contributors, the events a switch storm made the
-/// recorder lose as one incident of kind `lost`, and nothing in the quiet.
+/// recorder lose as one incident of kind `lost`, and nothing in the quiet
+/// but what the recorder itself led, of kind `recorder`.
 /// The I/O stall's process is shown with the stacks it blocked in.
 #[test]
 fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
@@ -290,6 +291,7 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
     );
     let truth: Value = serde_json::from_slice(&out.stdout).unwrap();
     thread::sleep(Duration::from_secs(20));
+    let recorder_pid = i64::from(recorder.pid());
     recorder.stop();
     let dropped = sql_count(
         &rec_dir,
@@ -397,6 +399,10 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
         blocked_s > 0.0 && blocked_s <= in_d + 0.05,
         "hs-io's top stack holds {blocked_s} s in D, its threads {in_d} s: {stalled}"
     );
+    // In the quiet, only what the recorder itself did, told as its own: on
+    // a machine whose page cache has not held the running programs'
+    // binaries, its start reads their symbol tables from disk (once, 0.3 s
+    // of its symbolizer in D: 12 % I/O pressure in the first interval).
     let in_the_quiet: Vec<&Value> = incidents
         .iter()
         .filter(|i| {
@@ -405,10 +411,16 @@ fn timeline_finds_memory_io_and_cache_incidents_by_kind() {
                 .any(|&(_, _, _, from, to)| overlaps(span(i), from, to))
         })
         .collect();
-    assert!(
-        in_the_quiet.is_empty(),
-        "incidents in the quiet: {in_the_quiet:?}"
+    let (the_recorders, others): (Vec<&Value>, Vec<&Value>) =
+        in_the_quiet.into_iter().partition(|i| {
+            i["kinds"][0] == "recorder"
+                && i["contributors"][0]["pid"].as_i64() == Some(recorder_pid)
+        });
+    eprintln!(
+        "{} incident(s) in the quiet led by the recorder ({recorder_pid})",
+        the_recorders.len()
     );
+    assert!(others.is_empty(), "incidents in the quiet: {others:?}");
 }
 
 /// Run-queue saturation as a sysadmin meets it: a CPU-bound service that
