@@ -92,6 +92,14 @@ pub fn opt_u64(array: &UInt64Array, row: usize) -> Option<u64> {
     array.is_valid(row).then(|| array.value(row))
 }
 
+/// Where the frame at `row` is, for formats that place a frame in its
+/// module: a frame in a file at its offset in the file (its address was
+/// one process's), a kernel or anonymous frame, which has no offset, at its
+/// address.
+pub fn frame_position(file_offset: &UInt64Array, address: &UInt64Array, row: usize) -> Option<u64> {
+    opt_u64(file_offset, row).or(opt_u64(address, row))
+}
+
 /// The value at `row`, or None where it is null.
 pub fn opt_str(array: &StringArray, row: usize) -> Option<&str> {
     array.is_valid(row).then(|| array.value(row))

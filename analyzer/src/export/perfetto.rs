@@ -48,7 +48,7 @@ use super::proto::perfetto::{
     TracePacket, TrackDescriptor, TrackEvent, Utsname,
 };
 use crate::catalog;
-use crate::columns::{bools, i64s, opt_i64, opt_str, opt_u64, strings, u64s};
+use crate::columns::{bools, frame_position, i64s, opt_i64, opt_str, strings, u64s};
 use crate::flamegraph;
 use crate::when::{self, When};
 
@@ -783,7 +783,7 @@ async fn interned_stacks(
     window: &Window,
 ) -> anyhow::Result<(InternedData, HashMap<i64, u64>)> {
     let sql = format!(
-        "WITH {}\nSELECT stack_id, depth, frame_id, name, kind, module, build_id, address, file_offset \
+        "WITH {}\nSELECT stack_id, depth, frame_id, name, module, build_id, address, file_offset \
          FROM named ORDER BY stack_id, depth DESC",
         flamegraph::stack_frames_ctes(&format!(
             "(SELECT stack_id FROM cpu_sample{})",
@@ -816,7 +816,6 @@ async fn interned_stacks(
         let stack_id = i64s(batch, "stack_id")?;
         let frame_id = i64s(batch, "frame_id")?;
         let name = strings(batch, "name")?;
-        let kind = strings(batch, "kind")?;
         let module = strings(batch, "module")?;
         let build_id = strings(batch, "build_id")?;
         let address = u64s(batch, "address")?;
@@ -873,12 +872,7 @@ async fn interned_stacks(
                     ..Default::default()
                 });
             }
-            // User frames are placed by their offset in the file, kernel
-            // frames by their address.
-            let rel_pc = match opt_str(&kind, row) {
-                Some("kernel") => opt_u64(&address, row),
-                _ => opt_u64(&file_offset, row).or(opt_u64(&address, row)),
-            };
+            let rel_pc = frame_position(&file_offset, &address, row);
             data.frames.push(super::proto::perfetto::Frame {
                 iid: Some(frame_iid),
                 function_name_id: Some(name_iid),

@@ -25,7 +25,7 @@ use flate2::write::GzEncoder;
 use prost::Message;
 
 use super::proto::pprof::{Function, Line, Location, Mapping, Profile, Sample, ValueType};
-use crate::columns::{i64s, opt_i64, opt_str, opt_u64, strings, u64s};
+use crate::columns::{frame_position, i64s, opt_i64, opt_str, strings, u64s};
 use crate::flamegraph::{self, Mode, Options};
 use crate::recording::Recording;
 
@@ -267,9 +267,7 @@ impl Builder {
             // A mapping here starts at 0 with offset 0, so a frame in a file
             // is at its file offset, as pprof turns addresses into offsets
             // to look them up in the binary.
-            let pc = opt_u64(&file_offset, row)
-                .or(opt_u64(&address, row))
-                .unwrap_or(0);
+            let pc = frame_position(&file_offset, &address, row).unwrap_or(0);
             let id = self.location(LocationKey::Frame(frame), |b| {
                 let function_id =
                     b.function(&frame_name, raw_function.as_deref(), file_name.as_deref());
