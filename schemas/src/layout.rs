@@ -161,14 +161,17 @@ pub fn writer_properties(
 
 /// zstd's level for a table's pages. The reference tables' rows are
 /// written once each and are mostly names (a Rust function's demangled
-/// name runs to hundreds of bytes): level 9 took 6.7 % fewer of a Rust
-/// build's `frame` and `stack` bytes than 3, and no more time to write
-/// that could be told apart (9-10 ms for their 89 KB, either level;
-/// BENCHMARKS.md, "A frame in a file known by its offset alone"). The
-/// event tables' millions of rows keep the cheaper level.
+/// name runs to hundreds of bytes): a higher level takes fewer of their
+/// bytes (a Rust build's `frame` and `stack`: 6.7 % fewer at 9 than at 3)
+/// for no write time that could be told apart (9-10 ms for their 89 KB).
+/// Not 9, but 6: zstd's context for a 1 MiB page is 12 MiB at 9 (4.3 at
+/// 6, 2.5 at 3), allocated and cleared as each such page is compressed,
+/// and beside a test suite a `frame` chunk's dictionary page at 9 was the
+/// recorder's resident peak (BENCHMARKS.md, "zstd's context"). The event
+/// tables' millions of rows keep the cheaper level.
 fn zstd_level(table: &Table) -> i32 {
     if crate::tables::REFERENCE_TABLES.contains(&table.name) {
-        9
+        6
     } else {
         3
     }
