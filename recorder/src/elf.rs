@@ -14,6 +14,7 @@ use std::{
     collections::HashMap,
     fs::File,
     io,
+    ops::ControlFlow,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
 };
@@ -129,6 +130,36 @@ pub fn sections(file: &File) -> io::Result<Vec<Section>> {
 /// The bytes of `section` (at most 16 MiB: more is refused as corrupt).
 pub fn section_data(file: &File, section: &Section) -> io::Result<Vec<u8>> {
     read_at(file, section.offset, section.size)
+}
+
+/// Calls `visit` with each `entry_size`-byte entry of `section` in order,
+/// the section read 1 MiB at a time, until `visit` breaks: what it broke
+/// with, or None when it never did. A large program's tables are tens of
+/// MB (a debug test binary's `.symtab` 16 MB, its `.rela.dyn` 15 MB) and
+/// read whole they are resident whole: `.rela.dyn` read and copied to
+/// name one PLT stub was the recorder's peak beside a test suite, 91 MiB
+/// (BENCHMARKS.md, "zstd's context at the recorder's peak").
+fn each_entry<T>(
+    file: &File,
+    section: &Section,
+    entry_size: u64,
+    mut visit: impl FnMut(&[u8]) -> ControlFlow<T>,
+) -> io::Result<Option<T>> {
+    let slice_len = (1 << 20) / entry_size * entry_size;
+    let mut slice = Vec::new();
+    let mut at = 0;
+    while at + entry_size <= section.size {
+        let len = (section.size - at).min(slice_len) / entry_size * entry_size;
+        slice.resize(len as usize, 0);
+        file.read_exact_at(&mut slice, section.offset + at)?;
+        at += len;
+        for entry in slice.chunks_exact(entry_size as usize) {
+            if let ControlFlow::Break(found) = visit(entry) {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Reads the section headers of the ELF file at `path`.
@@ -431,8 +462,6 @@ impl FunctionIndex {
     /// peaked at 25 MiB for a test binary's 6 MiB index.
     pub fn build(file: &Path, max_functions: usize) -> Option<FunctionIndex> {
         const SHF_EXECINSTR: u64 = 0x4;
-        // Entries read at a time: 1 MiB.
-        const SLICE: u64 = 24 * 43_690;
         let file = File::open(file).ok()?;
         let (_, symbols, strings) = symbol_table_sections(&file)?;
         let base = sections(&file)
@@ -443,33 +472,28 @@ impl FunctionIndex {
             .min()?;
         let most = usize::try_from(symbols.size / 24).ok()?.min(max_functions);
         let mut functions: Vec<IndexedFunction> = Vec::with_capacity(most);
-        let mut slice = Vec::new();
-        let mut at = 0;
-        while at + 24 <= symbols.size {
-            let len = (symbols.size - at).min(SLICE) / 24 * 24;
-            slice.resize(len as usize, 0);
-            file.read_exact_at(&mut slice, symbols.offset + at).ok()?;
-            at += len;
-            for symbol in slice.chunks_exact(24).filter(|s| is_defined_function(s)) {
-                let Some(start) = u64_at(symbol, 8)
-                    .checked_sub(base)
-                    .and_then(|start| u32::try_from(start).ok())
-                else {
-                    continue;
-                };
-                if functions.len() >= max_functions {
-                    return None;
+        let too_many = each_entry(&file, &symbols, 24, |symbol| {
+            let start = u64_at(symbol, 8)
+                .checked_sub(base)
+                .and_then(|start| u32::try_from(start).ok());
+            match start.filter(|_| is_defined_function(symbol)) {
+                None => ControlFlow::Continue(()),
+                Some(_) if functions.len() >= max_functions => ControlFlow::Break(()),
+                Some(start) => {
+                    let size = u64_at(symbol, 16);
+                    functions.push(IndexedFunction::new(
+                        start,
+                        size,
+                        symbol[4],
+                        u32_at(symbol, 0),
+                    ));
+                    ControlFlow::Continue(())
                 }
-                let size = u64_at(symbol, 16);
-                functions.push(IndexedFunction::new(
-                    start,
-                    size,
-                    symbol[4],
-                    u32_at(symbol, 0),
-                ));
             }
+        });
+        if too_many.ok()?.is_some() {
+            return None;
         }
-        drop(slice);
         // Among functions alike down to their names' length perf takes the
         // table's first; in-place sorting forgets that order, and the
         // name's place in the string table stands in for it.
@@ -739,7 +763,6 @@ pub fn plt_ranges(module: &Path) -> Vec<std::ops::Range<u64>> {
 /// first entry, which runs the lazy binder) is `[plt]`.
 pub fn plt_stub_name(module: &Path, offset: u64) -> Option<String> {
     const R_X86_64_IRELATIVE: u32 = 37;
-    const STT_GNU_IFUNC: u8 = 10;
     let file = File::open(module).ok()?;
     let sections = sections(&file).ok()?;
     let named = |name: &[u8]| sections.iter().find(|s| s.name == name);
@@ -750,60 +773,70 @@ pub fn plt_stub_name(module: &Path, offset: u64) -> Option<String> {
     let entry_start = plt.offset + (offset - plt.offset) / entry_size * entry_size;
     let code = read_at(&file, entry_start, entry_size).ok()?;
     let entry_address = plt.address + (entry_start - plt.offset);
-    // (r_offset, r_info, r_addend) of every relocation that can fill a slot.
-    let relocations = |name: &[u8]| -> Vec<(u64, u64, u64)> {
-        named(name)
-            .and_then(|s| section_data(&file, s).ok())
-            .map(|bytes| {
-                bytes
-                    .chunks_exact(24)
-                    .map(|r| (u64_at(r, 0), u64_at(r, 8), u64_at(r, 16)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let jump_slots = relocations(b".rela.plt");
+    // (r_offset, r_info, r_addend)
+    let relocation = |entry: &[u8]| (u64_at(entry, 0), u64_at(entry, 8), u64_at(entry, 16));
     let jump = code
         .windows(2)
         .position(|w| w == [0xff, 0x25])
         .filter(|&at| at + 6 <= code.len());
-    let relocation = match jump {
+    let filled_by = match jump {
         Some(at) => {
             let displacement = i64::from(u32_at(&code, at + 2) as i32);
             let slot = (entry_address + at as u64 + 6).wrapping_add_signed(displacement);
-            jump_slots
-                .iter()
-                .chain(relocations(b".rela.dyn").iter())
-                .find(|r| r.0 == slot)
-                .copied()
+            [b".rela.plt".as_slice(), b".rela.dyn"]
+                .into_iter()
+                .filter_map(named)
+                .find_map(|relocations| {
+                    each_entry(&file, relocations, 24, |entry| match relocation(entry) {
+                        found if found.0 == slot => ControlFlow::Break(found),
+                        _ => ControlFlow::Continue(()),
+                    })
+                    .ok()
+                    .flatten()
+                })
         }
         None => code
             .iter()
             .position(|&b| b == 0x68)
             .filter(|&at| at + 5 <= code.len())
-            .and_then(|at| jump_slots.get(u32_at(&code, at + 1) as usize).copied()),
+            .and_then(|at| {
+                let index = u64::from(u32_at(&code, at + 1));
+                let jump_slots = named(b".rela.plt").filter(|s| index < s.size / 24)?;
+                let entry = read_at(&file, jump_slots.offset + index * 24, 24).ok()?;
+                Some(relocation(&entry))
+            }),
     };
-    let Some((_, info, addend)) = relocation else {
+    let Some((_, info, addend)) = filled_by else {
         return Some("[plt]".to_owned());
     };
-    let symbols = named(b".dynsym").and_then(|s| section_data(&file, s).ok());
-    let strings = named(b".dynstr").and_then(|s| section_data(&file, s).ok());
-    let name_at = |symbol: &[u8]| -> Option<String> {
-        let strings = strings.as_deref()?;
-        let start = u32_at(symbol, 0) as usize;
-        let rest = strings.get(start..)?;
-        let end = rest.iter().position(|&b| b == 0)?;
-        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    // Read an entry at a time, never whole: a large library's dynamic
+    // symbols and their names are megabytes.
+    let dynamic = named(b".dynsym").zip(named(b".dynstr"));
+    let name_of = |symbol: &[u8], strings: &Section| {
+        string_at(&file, strings, u32_at(symbol, 0))
+            .map(|name| String::from_utf8_lossy(&name).into_owned())
     };
-    let symbols = symbols.as_deref().unwrap_or_default();
-    let index = (info >> 32) as usize;
+    let index = info >> 32;
     let target = if index != 0 {
-        name_at(symbols.chunks_exact(24).nth(index)?)?
+        let (symbols, strings) = dynamic.filter(|(symbols, _)| index < symbols.size / 24)?;
+        name_of(
+            &read_at(&file, symbols.offset + index * 24, 24).ok()?,
+            strings,
+        )?
     } else if info as u32 == R_X86_64_IRELATIVE {
-        symbols
-            .chunks_exact(24)
-            .find(|s| s[4] & 0xf == STT_GNU_IFUNC && u64_at(s, 8) == addend)
-            .and_then(name_at)
+        dynamic
+            .and_then(|(symbols, strings)| {
+                each_entry(&file, symbols, 24, |symbol| {
+                    if symbol[4] & 0xf == STT_GNU_IFUNC && u64_at(symbol, 8) == addend {
+                        ControlFlow::Break(name_of(symbol, strings))
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .ok()
+                .flatten()
+                .flatten()
+            })
             .unwrap_or_else(|| format!("*ABS*+{addend:#x}"))
     } else {
         return Some("[plt]".to_owned());

@@ -1,0 +1,111 @@
+//! What naming a PLT stub allocates at its most, counted by this test
+//! binary's own allocator (its one test runs alone in its process, so no
+//! other thread's allocations are counted): a slice of a relocation table
+//! at a time, not the table. Read whole and copied, a debug test binary's
+//! 15 MB `.rela.dyn` took the recorder to its peak beside a test suite.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as the system allocator requires.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: allocated above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The size of `path`'s section `name`, as `readelf -SW` prints it.
+fn readelf_section_size(path: &Path, name: &str) -> u64 {
+    let out = Command::new("readelf")
+        .args(["-SW", "--"])
+        .arg(path)
+        .output()
+        .expect("readelf runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields.iter().position(|f| *f == name)?;
+            u64::from_str_radix(fields.get(at + 4)?, 16).ok()
+        })
+        .unwrap_or(0)
+}
+
+/// A position-independent program with 200,000 pointers in its data, a
+/// relocation each (a 4.8 MB `.rela.dyn`, as large programs have), that
+/// calls `puts` through `.plt` and takes its address, so that the linker
+/// gives `__cxa_finalize` a `.plt.got` stub, filled by a relocation in
+/// `.rela.dyn`.
+fn program_with_many_relocations(dir: &Path) -> PathBuf {
+    let source = dir.join("relocated.c");
+    let pointers = "f,".repeat(200_000);
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\nstatic void f(void) {{}}\nvoid (*table[])(void) = {{{pointers}}};\n\
+             int (*taken)(const char *) = puts;\n\
+             int main(void) {{ puts(\"hello\"); return table[0] == 0; }}\n"
+        ),
+    )
+    .unwrap();
+    let program = dir.join("relocated");
+    let status = Command::new("cc")
+        .args(["-O0", "-fPIE", "-pie", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .status()
+        .expect("cc runs");
+    assert!(status.success(), "cc failed");
+    program
+}
+
+#[test]
+fn naming_a_plt_stub_reads_its_relocations_a_slice_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = program_with_many_relocations(dir.path());
+    let relocations = readelf_section_size(&program, ".rela.dyn");
+    assert!(
+        relocations > 4 << 20,
+        "the program's .rela.dyn ({relocations} bytes) is too small to tell"
+    );
+    // Every 8 bytes of every PLT section: each stub (and the lazy binder)
+    // at least once.
+    let mut named = Vec::new();
+    let mut most = 0;
+    for stubs in hindsight_record::elf::plt_ranges(&program) {
+        for offset in stubs.step_by(8) {
+            let before = LIVE_BYTES.load(Ordering::Relaxed);
+            PEAK_BYTES.store(before, Ordering::Relaxed);
+            let name = hindsight_record::elf::plt_stub_name(&program, offset);
+            most = most.max(PEAK_BYTES.load(Ordering::Relaxed) - before);
+            named.extend(name);
+        }
+    }
+    eprintln!("{named:?}: at most {most} bytes allocated; .rela.dyn {relocations} bytes");
+    // Through .plt (.rela.plt) and through .plt.got (.rela.dyn).
+    for stub in ["puts@plt", "__cxa_finalize@plt"] {
+        assert!(named.iter().any(|n| n == stub), "no {stub} in {named:?}");
+    }
+    assert!(
+        most <= (1 << 20) + (64 << 10),
+        "naming a stub allocated {most} bytes at its most; .rela.dyn is {relocations}"
+    );
+}
