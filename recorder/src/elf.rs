@@ -138,14 +138,14 @@ pub fn section_data(file: &File, section: &Section) -> io::Result<Vec<u8>> {
 /// MB (a debug test binary's `.symtab` 16 MB, its `.rela.dyn` 15 MB) and
 /// read whole they are resident whole: `.rela.dyn` read and copied to
 /// name one PLT stub was the recorder's peak beside a test suite, 91 MiB
-/// (BENCHMARKS.md, "zstd's context at the recorder's peak").
+/// (BENCHMARKS.md, "Two peaks between samples").
 fn each_entry<T>(
     file: &File,
     section: &Section,
     entry_size: u64,
     mut visit: impl FnMut(&[u8]) -> ControlFlow<T>,
 ) -> io::Result<Option<T>> {
-    let slice_len = (1 << 20) / entry_size * entry_size;
+    let slice_len = ((1 << 20) / entry_size).max(1) * entry_size;
     let mut slice = Vec::new();
     let mut at = 0;
     while at + entry_size <= section.size {

@@ -4,30 +4,12 @@
 //! at a time, not the table. Read whole and copied, a debug test binary's
 //! 15 MB `.rela.dyn` took the recorder to its peak beside a test suite.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
-        // SAFETY: the caller's layout, as the system allocator requires.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: allocated above with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod common;
+use common::{Counting, LIVE_BYTES, PEAK_BYTES};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

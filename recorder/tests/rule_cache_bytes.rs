@@ -3,26 +3,10 @@
 //! other thread's allocations are counted), against what the unwinder's
 //! memory budget charges for it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's layout, as the system allocator requires.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: allocated above with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod common;
+use common::{Counting, LIVE_BYTES};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

@@ -167,8 +167,8 @@ pub fn writer_properties(
 /// Not 9, but 6: zstd's context for a 1 MiB page is 12 MiB at 9 (4.3 at
 /// 6, 2.5 at 3), allocated and cleared as each such page is compressed,
 /// and beside a test suite a `frame` chunk's dictionary page at 9 was the
-/// recorder's resident peak (BENCHMARKS.md, "zstd's context"). The event
-/// tables' millions of rows keep the cheaper level.
+/// recorder's resident peak (BENCHMARKS.md, "Two peaks between samples").
+/// The event tables' millions of rows keep the cheaper level.
 fn zstd_level(table: &Table) -> i32 {
     if crate::tables::REFERENCE_TABLES.contains(&table.name) {
         6
