@@ -182,7 +182,8 @@ it has no baseline. Adjacent departing intervals form one incident: \
 start, end, the peak interval (the highest score), its kinds (cpu, memory, cache_thrash, io, \
 numa, lost, or new_process for a program idle as a rule that took the CPU; the most evident \
 first; recorder before them when the recorder itself is the first contributor: its start-up \
-reading the running programs' symbols, or its own overload), the departed metrics with baseline, normal_max (baseline + margin) and observed (peak) \
+reading the running programs' symbols, or its own overload), the departed metrics with \
+baseline, normal_max (baseline + margin) and observed (peak) \
 values, and the contributors: the programs whose metrics departed, the highest score first, \
 each with its busiest process and its share of the metric's rise (the programs that rose most, \
 where none departed), and that process's busiest threads in the incident (up to 3, by the \
