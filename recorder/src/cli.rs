@@ -42,7 +42,7 @@ dist/hindsight-record.service runs it as a service):
 
 Memory is bounded whatever the event rate: rows are buffered in batches of 16K
 per table and row groups of 32K; the symbolizer lets go of the binaries it
-names once they hold 12 MiB, names a binary with over 16 MiB of DWARF from
+names once they hold 12 MiB, names a binary with over 4 MiB of DWARF from
 its symbol table alone, and one whose symbol table is 1 MiB or more from an
 index of its functions; the unwinder maps at most 20 MiB of call frame
 information; when the disk or encoder falls behind, the kernel

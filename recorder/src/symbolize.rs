@@ -497,12 +497,15 @@ const BUDGET_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// Modules with more DWARF of their own than this are named from their
 /// symbol table alone (and a separate debug file's DWARF is never read,
 /// see [`Naming::SeparateSymbols`]): function names, no
-/// file, line or inlined functions. Naming one frame from DWARF maps and
-/// parses most of it, so a large one is a spike the budget above cannot
-/// prevent (a release hindsight-record, sampled while a second recorder
-/// ran beside it, carries 89 MiB and touched 72 MiB). Debug builds of
-/// ordinary programs carry a few MiB, libc's debug file 10 MiB inflated.
-const MAX_MODULE_DWARF: u64 = 16 << 20;
+/// file, line or inlined functions. Naming frames from DWARF maps the file
+/// and touches and parses most of its DWARF, which the recorder's resident
+/// size holds until the module is let go of: about 1.2-1.4 times its size
+/// (a release hindsight-record, 12.4 MiB of line tables: 12.2 MB of its
+/// file mapped and 5.6 MB parsed to name 51 frames; a C program with 5.7
+/// MiB: 6.9 MB, `recorder/tests/dwarf_memory.rs`), a spike the budget
+/// above cannot prevent. Debug builds of small programs carry a few
+/// hundred KiB to a few MiB, libc's debug file 10 MiB inflated.
+const MAX_MODULE_DWARF: u64 = MODULE_MEMORY_BUDGET / 3;
 
 /// A module named from its DWARF that has been opened (and its line
 /// tables parsed) this many times is named from its symbol table from then
