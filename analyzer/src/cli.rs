@@ -41,8 +41,9 @@ pub struct Cli {
     pub memory_limit: u64,
     /// A directory of separate debug files by build id (DIR/.build-id/ab/cdef….debug, as
     /// /usr/lib/debug holds them, or DIR/abcdef…/debuginfo, a debuginfod client's cache):
-    /// frames the recorder could not name are named from them as they are read; the
-    /// recording is not changed. Repeatable.
+    /// frames the recorder could not name are named from them as they are read, and those
+    /// it named from a symbol table alone (a binary with over 4 MiB of DWARF) gain file
+    /// and line; the recording is not changed. Repeatable.
     #[arg(long, global = true, value_name = "DIR")]
     pub debug_dir: Vec<PathBuf>,
     /// Run the queries on an Apache DataFusion Ballista 55 cluster: its scheduler's address

@@ -1,5 +1,7 @@
-//! Names, at read time, the user frames the recorder could not name, from
-//! separate debug files the reader points at with `--debug-dir`: found by
+//! Names, at read time, the user frames the recorder could not name, and
+//! gives file and line to those it named from a symbol table alone (a
+//! binary over its DWARF limit), from separate debug files the reader
+//! points at with `--debug-dir`: found by
 //! build id where gdb and perf look (`DIR/.build-id/ab/cdef….debug`, as
 //! /usr/lib/debug holds them) or where a debuginfod client caches them
 //! (`DIR/abcdef…/debuginfo`), and looked up by the frame's
@@ -8,8 +10,9 @@
 //! The recording is never changed: with debug directories set, `frame` is
 //! a view over the recorded rows that fills `function`, `file`, `line` and
 //! `inlined` where the recorder left them null, through the scalar function
-//! `debug_symbol(build_id, elf_address)`. Each (build id, address) is looked
-//! up once per run.
+//! `debug_symbol(build_id, elf_address)`, called for the rows without a
+//! `file`. Each (build id, address) is looked up once per run, and each
+//! build id's debug file found once.
 
 use std::{
     collections::HashMap,
@@ -90,6 +93,9 @@ pub struct Named {
 struct Namer {
     dirs: Vec<PathBuf>,
     answers: HashMap<(String, u64), Option<Named>>,
+    /// Per build id, its debug file if the directories hold one: most rows
+    /// asked about are of binaries with none.
+    files: HashMap<String, Option<PathBuf>>,
 }
 
 impl Namer {
@@ -98,8 +104,12 @@ impl Namer {
         if let Some(answer) = self.answers.get(&key) {
             return answer.clone();
         }
-        let answer =
-            debug_file(&self.dirs, build_id).and_then(|file| look_up(symbolizer, &file, address));
+        let dirs = &self.dirs;
+        let file =
+            (self.files.entry(build_id.to_string())).or_insert_with(|| debug_file(dirs, build_id));
+        let answer = file
+            .as_ref()
+            .and_then(|file| look_up(symbolizer, file, address));
         self.answers.insert(key, answer.clone());
         answer
     }
@@ -234,20 +244,26 @@ impl ScalarUDFImpl for DebugSymbol {
 }
 
 /// `plan` (the recorded `frame` rows) with the names the debug directories
-/// give where the recorder left them null.
+/// give where the recorder left them null: the function it named from a
+/// symbol table stays, and gains file, line and inlined functions.
 pub fn named_frames(plan: LogicalPlan) -> Result<LogicalPlan> {
     let udf = ScalarUDF::new_from_impl(DebugSymbol {
         signature: Signature::any(2, Volatility::Immutable),
         namer: Mutex::new(Namer {
             dirs: debug_dirs().to_vec(),
             answers: HashMap::new(),
+            files: HashMap::new(),
         }),
     });
-    let unnamed = col("function")
+    let without_file = col("file")
         .is_null()
         .and(col("build_id").is_not_null())
         .and(col("elf_address").is_not_null());
-    let found = when(unnamed, udf.call(vec![col("build_id"), col("elf_address")])).end()?;
+    let found = when(
+        without_file,
+        udf.call(vec![col("build_id"), col("elf_address")]),
+    )
+    .end()?;
     let columns: Vec<Expr> = plan
         .schema()
         .fields()

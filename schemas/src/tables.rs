@@ -417,7 +417,7 @@ pub static FRAME: Table = Table {
         nullable("build_id", Text, "", "GNU build id of the module, in hex, where it has one: re-symbolize elsewhere with it."),
         nullable("file_offset", UInt64, "bytes", "Offset of the address in the module file (for `[vdso]`, in the kernel's vDSO image, which the recorder names and unwinds from its own copy); null for kernel and anonymous frames."),
         nullable("function", Text, "", "Function name (demangled); null when it could not be resolved."),
-        nullable("file", Text, "", "Source file, from debug info (DWARF). Null for modules without it, and for modules whose DWARF exceeds 4 MiB: the recorder names those from their symbol table alone, to bound its memory."),
+        nullable("file", Text, "", "Source file, from debug info (DWARF). Null for modules without it, and for modules whose DWARF exceeds 4 MiB: the recorder names those from their symbol table alone, to bound its memory (`hindsight --debug-dir` fills it when read)."),
         nullable("line", Int32, "", "Source line, from debug info (null where `file` is)."),
         nullable("inlined", Text, "", "Functions inlined at this address, innermost last, separated by `;` (from debug info)."),
         nullable("elf_address", UInt64, "", "`file_offset` as an address of the module's own ELF file (through its `PT_LOAD` program headers): what a separate debug file, `addr2line` and `hindsight --debug-dir` look a frame up by, since a debug file keeps no code to take offsets in. Null where `file_offset` is."),

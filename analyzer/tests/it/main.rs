@@ -2,6 +2,7 @@
 //! written with the `schemas` definitions, read through the library API and
 //! the `hindsight` binary.
 
+mod debug_dir; // --debug-dir: unnamed frames named, symbol-table names gain file and line
 mod errors; // bad input: exit code 2 and one line naming the file
 mod export; // pprof and Perfetto exports decoded, against the flame graph and the rows
 mod fixture; // temp-dir recordings built from rows given as JSON
