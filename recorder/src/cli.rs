@@ -49,9 +49,9 @@ information; when the disk or encoder falls behind, the kernel
 drops events and counts them per CPU in the loss table. Measured at the
 defaults (BENCHMARKS.md): 48 MiB RSS at the peak of a context-switch storm;
 47 MiB median and 55 MiB at the peak of a 30-minute mixed workload whose
-binaries the CPU sampler had to name; 42.2-47.3 MiB through a Rust build.
-Bound: 64 MiB, except beside a Rust project's debug test suite (80.0 MiB at
-the peak beside this project's own, over 64 MiB in 32 of 2,580 half-second
+binaries the CPU sampler had to name; 41.5-42.5 MiB through a Rust build.
+Bound: 64 MiB, except beside a Rust project's debug test suite (74.8 MiB at
+the peak beside this project's own, over 64 MiB in 50 of 2,440 half-second
 samples; see BENCHMARKS.md).
 A larger --ring-size costs twice its size for each of the sched and faults
 rings, and a quarter of it for the sampler's (an eighth of it, at least 1 MiB):
