@@ -197,29 +197,51 @@ fn a_min_and_max_prune_nothing(table: &Table, column: &crate::Column) -> bool {
 /// up, each repeated for its frames) and a frame's addresses and offsets
 /// (frames are in code order): a parallel build's `stack` and `frame`
 /// files took 5.8 KB (4 %) fewer of their 116 KB (BENCHMARKS.md,
-/// "Numbered ids").
+/// "Numbered ids"). A frame's id too: in code order its steps are not
+/// small, but a chunk's new frames were numbered together, so they span a
+/// few thousand ids, 13 bits where zstd kept 2 bytes (a Rust build's
+/// `frame.frame_id` 15 % fewer bytes, BENCHMARKS.md, "Runs that recur").
 const STEPPING: &[(&str, &str)] = &[
     ("stack", "stack_id"),
+    ("frame", "frame_id"),
     ("frame", "address"),
     ("frame", "file_offset"),
     ("frame", "elf_address"),
+];
+
+/// Columns whose repeats zstd finds better than a dictionary does. In a
+/// stack's frame ids and depths, runs that recur whole (the callers many
+/// stacks share) are one match over plain 8-byte values, while a
+/// dictionary's indices, bit-packed to 12 or 13 bits, fall at no byte
+/// boundary and hide them; a frame's function name repeats in neighbouring
+/// rows (the frames of one function, in code order), as cheap to zstd as an
+/// index. Without: a Rust build's `stack` took 32 % fewer bytes and
+/// `frame.function` 4 %, a steady process's 32 % and 10 % (BENCHMARKS.md,
+/// "Runs that recur").
+const ZSTD_FINDS_THE_REPEATS: &[(&str, &str)] = &[
+    ("stack", "frame_id"),
+    ("stack", "depth"),
+    ("frame", "function"),
 ];
 
 /// Columns no two rows of a file share: a frame is written once a
 /// recording.
 const NEW_IN_EVERY_ROW: &[(&str, &str)] = &[("frame", "frame_id")];
 
-/// Integer columns a dictionary makes no smaller: a table's leading sort
-/// column (in a row group, runs of one CPU, pid or stack), kernel
-/// priorities (a few values, nearly all one), addresses and file offsets
-/// (nearly every one new), and identities no two rows share
-/// ([`NEW_IN_EVERY_ROW`]). A dictionary costs a hash per row: without
+/// Columns a dictionary makes no smaller: a table's leading sort column
+/// (in a row group, runs of one CPU, pid or stack), kernel priorities (a
+/// few values, nearly all one), addresses and file offsets (nearly every
+/// one new), identities no two rows share ([`NEW_IN_EVERY_ROW`]), and
+/// those whose repeats zstd finds ([`ZSTD_FINDS_THE_REPEATS`]). A dictionary costs a hash per row: without
 /// one, writing a `sched_switch` or `sched_wakeup` row took 10-14 % less
 /// time, a `page_fault` row's address took 14 % fewer bytes (BENCHMARKS.md,
 /// "Fewer dictionaries"). Derived tables have their own rule
 /// ([`writer_properties`]).
 fn a_dictionary_saves_nothing(table: &Table, column: &crate::Column) -> bool {
     use crate::ColumnType::{Int32, Int64, UInt64};
+    if ZSTD_FINDS_THE_REPEATS.contains(&(table.name, column.name)) {
+        return true;
+    }
     match column.kind {
         Int32 | Int64 => {
             table.sort_key.first() == Some(&column.name)
@@ -319,7 +341,10 @@ mod tests {
         assert!(!dictionary(&crate::tables::PAGE_FAULT, "address"));
         assert!(dictionary(&crate::tables::PAGE_FAULT, "tid"));
         assert!(!dictionary(&crate::tables::STACK, "stack_id"));
-        assert!(dictionary(&crate::tables::STACK, "frame_id"));
+        assert!(!dictionary(&crate::tables::STACK, "frame_id"));
+        assert!(!dictionary(&crate::tables::STACK, "depth"));
+        assert!(!dictionary(&crate::tables::FRAME, "function"));
+        assert!(dictionary(&crate::tables::FRAME, "module"));
         assert!(!dictionary(&crate::tables::FRAME, "frame_id"));
         assert!(dictionary(&crate::tables::CPU_SAMPLE, "stack_id"));
         let encoding = |table: &Table, column: &str| {
