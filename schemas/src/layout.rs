@@ -232,11 +232,11 @@ const NEW_IN_EVERY_ROW: &[(&str, &str)] = &[("frame", "frame_id")];
 /// (in a row group, runs of one CPU, pid or stack), kernel priorities (a
 /// few values, nearly all one), addresses and file offsets (nearly every
 /// one new), identities no two rows share ([`NEW_IN_EVERY_ROW`]), and
-/// those whose repeats zstd finds ([`ZSTD_FINDS_THE_REPEATS`]). A dictionary costs a hash per row: without
-/// one, writing a `sched_switch` or `sched_wakeup` row took 10-14 % less
-/// time, a `page_fault` row's address took 14 % fewer bytes (BENCHMARKS.md,
-/// "Fewer dictionaries"). Derived tables have their own rule
-/// ([`writer_properties`]).
+/// those whose repeats zstd finds ([`ZSTD_FINDS_THE_REPEATS`]). A
+/// dictionary costs a hash per row: without one, writing a `sched_switch`
+/// or `sched_wakeup` row took 10-14 % less time, a `page_fault` row's
+/// address took 14 % fewer bytes (BENCHMARKS.md, "Fewer dictionaries").
+/// Derived tables have their own rule ([`writer_properties`]).
 fn a_dictionary_saves_nothing(table: &Table, column: &crate::Column) -> bool {
     use crate::ColumnType::{Int32, Int64, UInt64};
     if ZSTD_FINDS_THE_REPEATS.contains(&(table.name, column.name)) {
