@@ -6,7 +6,7 @@
 //! were the recorder's peak beside this project's own tests. Past
 //! `MAX_MODULE_DWARF` a module is named from its symbol table.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -14,21 +14,8 @@ use hindsight_record::elf::load_segments;
 use hindsight_record::stacks::FrameRow;
 use hindsight_record::symbolize::SymbolizerThread;
 
-/// `source` compiled by `cc` with `flags` into `dir`.
-fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
-    let path = dir.join(format!("{name}.c"));
-    std::fs::write(&path, source).unwrap();
-    let program = dir.join(name);
-    let status = Command::new("cc")
-        .args(flags)
-        .arg("-o")
-        .arg(&program)
-        .arg(&path)
-        .status()
-        .expect("cc runs");
-    assert!(status.success(), "cc failed on {name}");
-    program
-}
+mod programs;
+use programs::{compile, section_sizes};
 
 /// A C program of `functions` functions, each with a struct type of 100
 /// members of its own: with `-g`, about 3 KB of DWARF a function.
@@ -45,19 +32,11 @@ fn many_types(functions: usize) -> String {
     source + "int main(int argc, char **argv) { return (int)function_0(argc); }\n"
 }
 
-/// Bytes of `program`'s `.debug_*` sections, as `readelf -SW` lists them.
+/// Bytes of `program`'s `.debug_*` sections.
 fn dwarf_bytes(program: &Path) -> u64 {
-    let out = Command::new("readelf")
-        .args(["-SW", "--"])
-        .arg(program)
-        .output()
-        .expect("readelf runs");
-    (String::from_utf8(out.stdout).unwrap().lines())
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(']').nth(1)?.split_whitespace().collect();
-            let size = u64::from_str_radix(fields.get(4)?, 16).ok()?;
-            fields[0].starts_with(".debug_").then_some(size)
-        })
+    (section_sizes(program).into_iter())
+        .filter(|(name, _)| name.starts_with(".debug_"))
+        .map(|(_, size)| size)
         .sum()
 }
 

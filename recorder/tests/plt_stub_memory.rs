@@ -5,31 +5,15 @@
 //! 15 MB `.rela.dyn` took the recorder to its peak beside a test suite.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::Ordering;
 
 mod common;
 use common::{Counting, LIVE_BYTES, PEAK_BYTES};
+mod programs;
+use programs::{compile, section_sizes};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// The size of `path`'s section `name`, as `readelf -SW` prints it.
-fn readelf_section_size(path: &Path, name: &str) -> u64 {
-    let out = Command::new("readelf")
-        .args(["-SW", "--"])
-        .arg(path)
-        .output()
-        .expect("readelf runs");
-    let text = String::from_utf8(out.stdout).unwrap();
-    text.lines()
-        .find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let at = fields.iter().position(|f| *f == name)?;
-            u64::from_str_radix(fields.get(at + 4)?, 16).ok()
-        })
-        .unwrap_or(0)
-}
 
 /// A position-independent program with 200,000 pointers in its data, a
 /// relocation each (a 4.8 MB `.rela.dyn`, as large programs have), that
@@ -37,33 +21,22 @@ fn readelf_section_size(path: &Path, name: &str) -> u64 {
 /// gives `__cxa_finalize` a `.plt.got` stub, filled by a relocation in
 /// `.rela.dyn`.
 fn program_with_many_relocations(dir: &Path) -> PathBuf {
-    let source = dir.join("relocated.c");
     let pointers = "f,".repeat(200_000);
-    std::fs::write(
-        &source,
-        format!(
-            "#include <stdio.h>\nstatic void f(void) {{}}\nvoid (*table[])(void) = {{{pointers}}};\n\
-             int (*taken)(const char *) = puts;\n\
-             int main(void) {{ puts(\"hello\"); return table[0] == 0; }}\n"
-        ),
-    )
-    .unwrap();
-    let program = dir.join("relocated");
-    let status = Command::new("cc")
-        .args(["-O0", "-fPIE", "-pie", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .status()
-        .expect("cc runs");
-    assert!(status.success(), "cc failed");
-    program
+    let source = format!(
+        "#include <stdio.h>\nstatic void f(void) {{}}\nvoid (*table[])(void) = {{{pointers}}};\n\
+         int (*taken)(const char *) = puts;\n\
+         int main(void) {{ puts(\"hello\"); return table[0] == 0; }}\n"
+    );
+    compile(dir, "relocated", &source, &["-O0", "-fPIE", "-pie"])
 }
 
 #[test]
 fn naming_a_plt_stub_reads_its_relocations_a_slice_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let program = program_with_many_relocations(dir.path());
-    let relocations = readelf_section_size(&program, ".rela.dyn");
+    let relocations = (section_sizes(&program).into_iter())
+        .find_map(|(name, size)| (name == ".rela.dyn").then_some(size))
+        .unwrap_or(0);
     assert!(
         relocations > 4 << 20,
         "the program's .rela.dyn ({relocations} bytes) is too small to tell"
